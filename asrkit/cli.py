@@ -13,6 +13,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     # name: (module, one-line help)
     "synth": ("asrkit.data.synth", "synthesize the mini corpus in LibriSpeech layout"),
     "prepare": ("asrkit.data.prepare", "corpus on disk -> Lhotse manifests"),
+    "cuts": ("asrkit.data.cuts", "check audio of manifests, build long-form windows (recipe stage 2)"),
     "longform": ("asrkit.data.longform", "build long-form windows (10..45 s) from segments"),
     "tokens": ("asrkit.tokenizer", "train a tokenizer (letters or sentencepiece)"),
     "train": ("asrkit.train", "train a model from a YAML config plus key=value overrides"),

@@ -1,0 +1,63 @@
+"""Model construction from a :class:`asrkit.config.Config`.
+
+Encoders and decoders register in :data:`ENCODERS` / :data:`DECODERS`; ``build_model`` and
+``validate_model_config`` are the only entry points the rest of asrkit uses.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from torch import nn
+
+#: encoder.type -> builder(cfg) -> encoder module with ``d_model`` and forward(feats, lens, times)
+ENCODERS: dict[str, Callable] = {}
+#: decoder.type -> builder(cfg, encoder_dim, vocab_size) -> decoder module with ``loss(enc_out, batch)``
+DECODERS: dict[str, Callable] = {}
+#: extra validators, called with the whole config
+VALIDATORS: list[Callable] = []
+
+
+def _transformer(cfg) -> nn.Module:
+    from asrkit.model.transformer import TransformerEncoder
+
+    return TransformerEncoder(cfg.encoder, cfg.features.n_mels, cfg.frontend)
+
+
+ENCODERS["transformer"] = _transformer
+
+
+def _load_plugins() -> None:
+    """Import optional model modules that register more encoders/decoders."""
+    import importlib
+
+    for mod in ("asrkit.model.conv", "asrkit.model.decoders"):
+        try:
+            importlib.import_module(mod)
+        except ModuleNotFoundError as e:
+            if e.name != mod:
+                raise
+
+
+def validate_model_config(cfg) -> None:
+    from asrkit.config import ConfigError
+    from asrkit.model.posenc import validate_pos_config
+
+    _load_plugins()
+    validate_pos_config(cfg.encoder)
+    if cfg.encoder.type not in ENCODERS:
+        raise ConfigError(f"config key 'encoder.type': {cfg.encoder.type!r} is not available; valid: {', '.join(ENCODERS)}")
+    if cfg.decoder.type != "none" and cfg.decoder.type not in DECODERS:
+        raise ConfigError(f"config key 'decoder.type': {cfg.decoder.type!r} is not available; valid: none, {', '.join(DECODERS)}")
+    for v in VALIDATORS:
+        v(cfg)
+
+
+def build_model(cfg, vocab_size: int) -> nn.Module:
+    from asrkit.model.asr import AsrModel
+
+    _load_plugins()
+    encoder = ENCODERS[cfg.encoder.type](cfg)
+    decoder = None
+    if cfg.decoder.type != "none":
+        decoder = DECODERS[cfg.decoder.type](cfg, encoder.d_model, vocab_size)
+    return AsrModel(encoder, vocab_size, decoder, cfg.decoder.ctc_weight)

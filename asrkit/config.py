@@ -1,0 +1,351 @@
+"""Experiment configuration: typed dataclasses, loaded from YAML plus ``key=value`` overrides.
+
+Every key is checked before any work starts: an unknown key is an error that lists the valid
+keys of its section, a wrong type names the key and the value. The fully resolved config is
+saved as ``config.yaml`` in the experiment dir, so a run is reproducible from that file alone.
+
+    cfg = load_config("conf/ctc_small.yaml", ["encoder.pos_enc=cape", "optim.lr=0.5"])
+
+Sections: ``features``, ``specaug``, ``tokens``, ``frontend``, ``encoder``, ``decoder``, ``data``,
+``optim``, ``train``, ``decode``. ``encoder.pos_enc`` picks the positional encoding and
+``encoder.pos`` holds that encoding's own options (validated against it).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A config key or value is invalid. The message names the key."""
+
+
+@dataclass
+class FeatureConfig:
+    """Log-mel filterbank features, computed on the fly (Lhotse's torch-native fbank)."""
+
+    n_mels: int = 80
+    win: float = 0.025  #: window length in seconds
+    hop: float = 0.010  #: hop in seconds (the padding-free pipeline varies it per utterance)
+    sample_rate: int = 16000
+    dither: float = 0.0
+    cmvn: bool = True  #: per-utterance mean/variance normalization
+
+
+@dataclass
+class SpecAugConfig:
+    """SpecAugment (no time warping), as in the CAPE paper appendix C.2."""
+
+    enabled: bool = True
+    freq_masks: int = 2
+    freq_width: int = 30  #: max bins per frequency mask
+    time_masks: int = 10
+    time_width: int = 50  #: max frames per time mask
+    time_ratio: float = 0.1  #: max fraction of the utterance covered by one time mask
+
+
+@dataclass
+class TokenConfig:
+    kind: str = "letters"  #: letters | bpe | unigram
+    vocab_size: int = 256  #: sentencepiece only
+    path: str = ""  #: tokenizer file (set by the recipe: data/tokens/...)
+
+
+@dataclass
+class FrontendConfig:
+    """1-D conv + GLU frontend (CAPE paper / Likhomanenko et al.)."""
+
+    kernel: int = 7
+    stride: int = 3
+    dropout: float = 0.3
+
+
+@dataclass
+class EncoderConfig:
+    type: str = "transformer"  #: transformer (conv encoders: see asrkit.model.conv)
+    d_model: int = 768
+    n_layers: int = 36
+    n_heads: int = 4
+    d_ff: int = 3072
+    dropout: float = 0.4  #: dropout in attention output and FFN
+    attn_dropout: float = 0.0  #: dropout on attention weights
+    layer_drop: float = 0.4
+    norm_first: bool = False  #: False = post-LN as in the paper; True = pre-LN
+    activation: str = "relu"
+    attention: str = "softmax"  #: softmax | linear_relu | linear_favor
+    pos_enc: str = "sinpos"  #: see asrkit.model.posenc.POS_ENCODINGS
+    pos: dict = field(default_factory=dict)  #: options of the chosen positional encoding
+
+
+@dataclass
+class DecoderConfig:
+    """Attention decoder for sequence-to-sequence training (``none`` = CTC only)."""
+
+    type: str = "none"  #: none | lstm | transformer
+    options: dict = field(default_factory=dict)
+    ctc_weight: float = 1.0  #: weight of the CTC loss when a decoder is used
+
+
+@dataclass
+class DataConfig:
+    manifest_dir: str = "data/manifests"
+    corpus: str = "mini"
+    train_sets: list = field(default_factory=lambda: ["train"])
+    dev_set: str = "dev"
+    sampler: str = "bucketing"  #: bucketing (Lhotse DynamicBucketingSampler) | padfree
+    max_duration: float = 240.0  #: seconds of audio per batch (per rank)
+    num_buckets: int = 30
+    num_workers: int = 1
+    min_duration: float = 0.3  #: shorter utterances are dropped (counted) before training
+    max_utt_duration: float = 60.0  #: longer utterances are dropped (counted)
+    on_bad_audio: str = "raise"  #: raise | skip (skip = warn, count, drop from the batch)
+    dev_max_utts: int = 0  #: limit dev utterances used for validation WER (0 = all)
+    speed_perturb: list = field(default_factory=list)  #: e.g. [0.9, 1.1]; empty = off
+
+
+@dataclass
+class OptimConfig:
+    name: str = "adagrad"  #: adagrad | adam | adamw
+    lr: float = 0.03
+    betas: list = field(default_factory=lambda: [0.9, 0.98])
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    schedule: str = "constant"  #: constant | warmup_constant | noam | warmup_cosine
+    warmup_steps: int = 0
+    min_lr_ratio: float = 0.05  #: warmup_cosine floor
+    clip_grad: float = 1.0  #: max gradient norm (0 = off), applied to unscaled gradients
+
+
+@dataclass
+class TrainConfig:
+    seed: int = 42
+    max_epochs: int = 100
+    max_steps: int = 0  #: stop after this many optimizer steps (0 = no limit)
+    max_minutes: float = 0.0  #: stop (cleanly, with a checkpoint) after this wall time (0 = no limit)
+    accum_grad: int = 1
+    amp: str = "none"  #: none | bf16 | fp16
+    device: str = "auto"  #: auto | cpu | cuda
+    threads: int = 0  #: torch intra-op threads on CPU (0 = torch default)
+    log_interval: int = 50
+    ckpt_every_steps: int = 1000
+    keep_last: int = 3
+    valid_every_epochs: int = 1
+    max_bad_steps: int = 20  #: consecutive NaN/inf steps before training stops
+    dist_timeout_s: float = 600.0
+
+
+@dataclass
+class DecodeConfig:
+    method: str = "greedy"  #: greedy | prefix_beam | wfst | attention
+    beam: int = 8
+    batch_size: int = 1  #: 1 = padding never affects scoring
+    hop: float = 0.0  #: STFT hop for inference (0 = the training hop)
+    lm: str = ""  #: ARPA word LM for prefix beam fusion
+    lm_weight: float = 0.5
+    word_bonus: float = 0.0
+    bins: list = field(default_factory=lambda: [10.0, 15.0, 20.0])
+
+
+@dataclass
+class Config:
+    features: FeatureConfig = field(default_factory=FeatureConfig)
+    specaug: SpecAugConfig = field(default_factory=SpecAugConfig)
+    tokens: TokenConfig = field(default_factory=TokenConfig)
+    frontend: FrontendConfig = field(default_factory=FrontendConfig)
+    encoder: EncoderConfig = field(default_factory=EncoderConfig)
+    decoder: DecoderConfig = field(default_factory=DecoderConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+
+
+CHOICES: dict[str, tuple[str, ...]] = {
+    "tokens.kind": ("letters", "bpe", "unigram"),
+    "encoder.type": ("transformer", "conv", "gated_conv"),
+    "encoder.norm_first": (),
+    "encoder.activation": ("relu", "gelu", "swish"),
+    "encoder.attention": ("softmax", "linear_relu", "linear_favor"),
+    "decoder.type": ("none", "lstm", "transformer"),
+    "data.sampler": ("bucketing", "padfree"),
+    "data.on_bad_audio": ("raise", "skip"),
+    "optim.name": ("adagrad", "adam", "adamw"),
+    "optim.schedule": ("constant", "warmup_constant", "noam", "warmup_cosine"),
+    "train.amp": ("none", "bf16", "fp16"),
+    "train.device": ("auto", "cpu", "cuda"),
+    "decode.method": ("greedy", "prefix_beam", "wfst", "attention"),
+}
+
+
+def _coerce(value: Any, typ: Any, key: str) -> Any:
+    """Check/convert ``value`` to the dataclass field type ``typ``; ConfigError names ``key``."""
+    origin = typing.get_origin(typ)
+    if typ is Any:
+        return value
+    if origin is typing.Union:  # Optional[X]
+        args = [a for a in typing.get_args(typ) if a is not type(None)]
+        return None if value is None else _coerce(value, args[0], key)
+    if typ is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"config key {key!r}: expected true/false, got {value!r}")
+    if typ is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            raise ConfigError(f"config key {key!r}: expected an integer, got {value!r}")
+        return value
+    if typ is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"config key {key!r}: expected a number, got {value!r}")
+        return float(value)
+    if typ is str:
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise ConfigError(f"config key {key!r}: expected a string, got {value!r}")
+        return str(value)
+    if typ is list or origin is list:
+        if isinstance(value, tuple):
+            value = list(value)
+        if not isinstance(value, list):
+            raise ConfigError(f"config key {key!r}: expected a list, got {value!r}")
+        return value
+    if typ is dict or origin is dict:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise ConfigError(f"config key {key!r}: expected a mapping, got {value!r}")
+        return value
+    return value
+
+
+def _from_dict(cls: type, data: dict, prefix: str = "") -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"config section {prefix.rstrip('.') or '<root>'!r}: expected a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = [k for k in data if k not in names]
+    if unknown:
+        where = prefix.rstrip(".") or "top level"
+        raise ConfigError(
+            f"unknown config key(s) {', '.join(repr(prefix + k) for k in unknown)} in {where}; "
+            f"valid keys: {', '.join(names)}"
+        )
+    kwargs = {}
+    for name in names:
+        if name not in data:
+            continue
+        typ = hints[name]
+        if dataclasses.is_dataclass(typ):
+            kwargs[name] = _from_dict(typ, data[name] or {}, f"{prefix}{name}.")
+        else:
+            kwargs[name] = _coerce(data[name], typ, prefix + name)
+    return cls(**kwargs)
+
+
+def _set_nested(d: dict, dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    cur = d
+    for p in parts[:-1]:
+        nxt = cur.get(p)
+        if nxt is None:
+            nxt = cur[p] = {}
+        if not isinstance(nxt, dict):
+            raise ConfigError(f"override {dotted!r}: {p!r} is not a section")
+        cur = nxt
+    cur[parts[-1]] = value
+
+
+def parse_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
+    """``["a.b=1", "c.d=[1, 2]"]`` -> ``[("a.b", 1), ("c.d", [1, 2])]`` (values parsed as YAML)."""
+    out = []
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} is not of the form key=value")
+        key, raw = item.split("=", 1)
+        key = key.strip().replace("-", "_")
+        value = yaml.safe_load(raw) if raw.strip() else ""
+        out.append((key, value))
+    return out
+
+
+def validate(cfg: Config) -> Config:
+    """Cross-field checks (choices, ranges, positional-encoding options). Raises ConfigError."""
+    flat = to_dict(cfg)
+    for key, choices in CHOICES.items():
+        if not choices:
+            continue
+        sec, name = key.split(".")
+        val = flat[sec][name]
+        if val not in choices:
+            raise ConfigError(f"config key {key!r}: invalid value {val!r}; valid: {', '.join(choices)}")
+    e = cfg.encoder
+    if e.d_model % e.n_heads:
+        raise ConfigError(f"encoder.d_model={e.d_model} is not divisible by encoder.n_heads={e.n_heads}")
+    for key, val in (("encoder.dropout", e.dropout), ("encoder.layer_drop", e.layer_drop), ("frontend.dropout", cfg.frontend.dropout)):
+        if not 0.0 <= val < 1.0:
+            raise ConfigError(f"config key {key!r}={val} must be in [0, 1)")
+    if cfg.frontend.kernel < 1 or cfg.frontend.stride < 1:
+        raise ConfigError("frontend.kernel and frontend.stride must be >= 1")
+    if cfg.features.hop <= 0 or cfg.features.win <= 0:
+        raise ConfigError("features.hop and features.win must be > 0 (seconds)")
+    if cfg.train.accum_grad < 1:
+        raise ConfigError("train.accum_grad must be >= 1")
+    if len(cfg.decode.bins) and sorted(cfg.decode.bins) != list(cfg.decode.bins):
+        raise ConfigError(f"decode.bins must be increasing, got {cfg.decode.bins}")
+    from asrkit.model import validate_model_config  # pos-enc name/options, encoder/decoder kinds
+
+    validate_model_config(cfg)
+    return cfg
+
+
+def load_config(path: str | Path | None, overrides: list[str] | None = None) -> Config:
+    """Load a YAML config, apply ``key=value`` overrides, validate. Raises ConfigError on any problem."""
+    data: dict = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist")
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config file {path} is not valid YAML: {e}") from e
+    for key, value in parse_overrides(overrides or []):
+        _set_nested(data, key, value)
+    try:
+        cfg = _from_dict(Config, data)
+    except ConfigError as e:
+        raise ConfigError(f"{path or '<overrides>'}: {e}") from None
+    return validate(cfg)
+
+
+def to_dict(cfg: Any) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def dump_config(cfg: Config) -> str:
+    return yaml.safe_dump(to_dict(cfg), sort_keys=False)
+
+
+def config_from_dict(data: dict) -> Config:
+    return validate(_from_dict(Config, data))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="asrkit config", description="Validate a config and print it resolved.")
+    p.add_argument("config", type=Path)
+    p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. encoder.pos_enc=cape")
+    args = p.parse_args(argv)
+    try:
+        cfg = load_config(args.config, args.overrides)
+    except ConfigError as e:
+        print(f"asrkit config: error: {e}", file=sys.stderr)
+        return 2
+    print(dump_config(cfg), end="")
+    return 0

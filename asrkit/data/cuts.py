@@ -1,0 +1,86 @@
+"""`asrkit cuts`: stage 2 of the recipes. Checks that every utterance's audio decodes (in
+parallel, with progress), and builds long-form windows for the requested parts.
+
+A missing or corrupt audio file is an error naming the utterance and the file, or, with
+``--on-bad skip``, a counted skip: the part's cuts manifest is rewritten (atomically) without
+those utterances and the skipped ids are listed in ``<corpus>_bad_audio_<part>.txt``.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Optional
+
+from asrkit.utils import atomic_path, atomic_write, setup_logging
+
+logger = logging.getLogger(__name__)
+
+
+def _check_one(cut) -> Optional[str]:
+    from asrkit.data.audio import AudioError, load_cut_audio
+
+    try:
+        load_cut_audio(cut)
+    except AudioError as e:
+        return str(e)
+    return None
+
+
+def check_audio(cuts, num_jobs: int = 2, desc: str = "") -> dict[str, str]:
+    """``{cut_id: error}`` for every cut whose audio cannot be loaded."""
+    from tqdm import tqdm
+
+    cut_list = list(cuts)
+    if num_jobs <= 1:
+        errors = map(_check_one, cut_list)
+    else:
+        ex = ProcessPoolExecutor(num_jobs)
+        errors = ex.map(_check_one, cut_list, chunksize=64)
+    bad = {}
+    for cut, err in tqdm(zip(cut_list, errors), total=len(cut_list), desc=f"check audio {desc}", dynamic_ncols=True):
+        if err is not None:
+            bad[cut.id] = err
+    if num_jobs > 1:
+        ex.shutdown()
+    return bad
+
+
+def main(argv: list[str] | None = None) -> int:
+    from asrkit.data.manifests import load_cuts, manifest_path
+
+    p = argparse.ArgumentParser(prog="asrkit cuts", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--corpus", required=True)
+    p.add_argument("--manifest-dir", type=Path, required=True)
+    p.add_argument("--parts", nargs="+", required=True)
+    p.add_argument("--num-jobs", type=int, default=2)
+    p.add_argument("--on-bad", choices=["raise", "skip"], default="raise")
+    p.add_argument("--longform", nargs="*", default=[], help="parts to cut into long-form windows")
+    p.add_argument("--windows", default="10,15,20,25,30,35,40,45", help="long-form window sizes (s)")
+    args = p.parse_args(argv)
+    setup_logging()
+    for part in args.parts:
+        cuts = load_cuts(args.manifest_dir, args.corpus, part)
+        bad = check_audio(cuts, args.num_jobs, f"{args.corpus}/{part}")
+        if bad:
+            listing = "\n  ".join(f"{k}: {v}" for k, v in list(bad.items())[:10])
+            if args.on_bad == "raise":
+                print(f"asrkit cuts: {len(bad)} utterance(s) of {args.corpus}/{part} have unreadable audio:\n  {listing}\n"
+                      "(rerun with --on-bad skip to drop them)", file=sys.stderr)
+                return 1
+            logger.warning("%s/%s: dropping %d utterances with unreadable audio:\n  %s", args.corpus, part, len(bad), listing)
+            with atomic_write(args.manifest_dir / f"{args.corpus}_bad_audio_{part}.txt") as f:
+                f.writelines(f"{k}\t{v}\n" for k, v in bad.items())
+            kept = cuts.filter(lambda c: c.id not in bad).to_eager()
+            with atomic_path(manifest_path(args.manifest_dir, args.corpus, "cuts", part)) as tmp:
+                kept.to_file(tmp)
+        print(f"{args.corpus}/{part}: {len(cuts) - len(bad)} utterances with readable audio, {len(bad)} dropped")
+    if args.longform:
+        from asrkit.data.longform import build_longform
+
+        windows = [float(w) for w in args.windows.split(",")]
+        for part in args.longform:
+            build_longform(args.corpus, args.manifest_dir, part, windows)
+    return 0

@@ -1,0 +1,62 @@
+"""Log-mel filterbank features on the fly (Lhotse's torch-native Kaldi fbank), per-utterance
+mean/variance normalization, and SpecAugment on the valid frames of one utterance.
+
+The hop is a parameter of every function: the padding-free pipeline chooses it per utterance.
+Frame ``i`` of an utterance computed with hop ``h`` is at time ``i * h`` seconds.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import torch
+from torch import Tensor
+
+
+@functools.lru_cache(maxsize=64)
+def _fbank_module(sample_rate: int, win: float, hop: float, n_mels: int, dither: float):
+    from lhotse.features.kaldi.layers import Wav2LogFilterBank
+
+    return Wav2LogFilterBank(sampling_rate=sample_rate, frame_length=win, frame_shift=hop,
+                             num_filters=n_mels, dither=dither, snip_edges=False).eval()
+
+
+def num_frames(num_samples: int, sample_rate: int, hop: float) -> int:
+    """Frames produced for ``num_samples`` at ``hop`` (Kaldi ``snip_edges=False`` rule)."""
+    shift = int(round(hop * sample_rate))
+    return (num_samples + shift // 2) // shift
+
+
+def fbank(samples: np.ndarray | Tensor, sample_rate: int = 16000, hop: float = 0.010, win: float = 0.025,
+          n_mels: int = 80, dither: float = 0.0) -> Tensor:
+    """1-D samples -> ``T x n_mels`` float32 log-mel filterbank."""
+    x = torch.as_tensor(samples, dtype=torch.float32).reshape(1, -1)
+    # Kaldi scale (int16 range) as the fbank layer expects
+    with torch.no_grad():
+        feats = _fbank_module(sample_rate, float(win), float(hop), n_mels, float(dither))(x * 32768.0)[0]
+    return feats
+
+
+def cmvn(feats: Tensor, eps: float = 1e-5) -> Tensor:
+    """Per-utterance mean/variance normalization over time (all frames of one utterance)."""
+    mean = feats.mean(dim=0, keepdim=True)
+    std = feats.std(dim=0, keepdim=True, unbiased=False)
+    return (feats - mean) / (std + eps)
+
+
+def spec_augment(feats: Tensor, gen: torch.Generator, freq_masks: int = 2, freq_width: int = 30,
+                 time_masks: int = 10, time_width: int = 50, time_ratio: float = 0.1) -> Tensor:
+    """SpecAugment without time warping on one utterance (``T x F``); masked values are 0 (the mean
+    after CMVN). A time mask is at most ``time_width`` frames and at most ``time_ratio`` x T."""
+    feats = feats.clone()
+    T, F = feats.shape
+    for _ in range(freq_masks):
+        w = int(torch.randint(0, freq_width + 1, (1,), generator=gen))
+        f0 = int(torch.randint(0, max(1, F - w + 1), (1,), generator=gen))
+        feats[:, f0:f0 + w] = 0.0
+    max_t = min(time_width, int(time_ratio * T))
+    for _ in range(time_masks if max_t > 0 else 0):
+        w = int(torch.randint(0, max_t + 1, (1,), generator=gen))
+        t0 = int(torch.randint(0, max(1, T - w + 1), (1,), generator=gen))
+        feats[t0:t0 + w, :] = 0.0
+    return feats

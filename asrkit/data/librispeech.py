@@ -1,0 +1,57 @@
+"""LibriSpeech (and the synthetic ``mini`` corpus, which uses LibriSpeech's layout).
+
+Both go through Lhotse's own :func:`lhotse.recipes.prepare_librispeech`, so the mini recipe
+exercises the same code path as the real corpus.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Sequence
+
+from lhotse import CutSet
+from lhotse.recipes import prepare_librispeech
+
+from asrkit.data.manifests import part_done, load_cuts, write_part
+
+logger = logging.getLogger(__name__)
+
+LIBRISPEECH_PARTS = ("train-clean-100", "train-clean-360", "train-other-500", "dev-clean", "dev-other", "test-clean", "test-other")
+MINI_PARTS = ("train", "dev", "test", "test-longform")
+
+
+def _prepare_parts(corpus: str, libri_dir: Path, out_dir: Path, parts: Sequence[str], num_jobs: int) -> dict[str, CutSet]:
+    out: dict[str, CutSet] = {}
+    for part in parts:
+        if part_done(out_dir, corpus, part):
+            logger.info("%s/%s: manifests exist, skipping", corpus, part)
+            out[part] = load_cuts(out_dir, corpus, part)
+            continue
+        if not (libri_dir / part).is_dir():
+            raise FileNotFoundError(f"{corpus}: part directory {libri_dir / part} does not exist")
+        # output_dir=None: nothing is written by Lhotse; we write our own files atomically
+        m = prepare_librispeech(libri_dir, dataset_parts=[part], output_dir=None, num_jobs=num_jobs)[part]
+        out[part] = write_part(out_dir, corpus, part, m["recordings"], m["supervisions"])
+    return out
+
+
+def prepare(corpus_dir: Path | str, out_dir: Path | str, parts: Sequence[str] | None = None, num_jobs: int = 2) -> dict[str, CutSet]:
+    """Real LibriSpeech: ``corpus_dir`` holds ``LibriSpeech/<part>`` (or is that ``LibriSpeech`` dir).
+    ``train-960`` expands to the three training parts."""
+    corpus_dir = Path(corpus_dir)
+    libri = corpus_dir / "LibriSpeech" if (corpus_dir / "LibriSpeech").is_dir() else corpus_dir
+    parts = list(parts or LIBRISPEECH_PARTS)
+    if "train-960" in parts:
+        parts.remove("train-960")
+        parts += [p for p in LIBRISPEECH_PARTS[:3] if p not in parts]
+    return _prepare_parts("librispeech", libri, Path(out_dir), parts, num_jobs)
+
+
+def prepare_mini(
+    corpus_dir: Path | str, out_dir: Path | str, parts: Sequence[str] | None = None, num_jobs: int = 2, seed: int = 0, **synth_kwargs
+) -> dict[str, CutSet]:
+    """The synthetic corpus: synthesize it into ``corpus_dir`` if it is not there, then prepare it."""
+    from asrkit.data.synth import synthesize_corpus
+
+    libri = synthesize_corpus(Path(corpus_dir), seed=seed, jobs=num_jobs, **synth_kwargs)
+    return _prepare_parts("mini", libri, Path(out_dir), list(parts or MINI_PARTS), num_jobs)

@@ -1,0 +1,110 @@
+"""Writing and reading Lhotse manifests with asrkit's naming and validation rules.
+
+Names: ``<corpus>_{recordings,supervisions,cuts}_<part>.jsonl.gz`` in one directory.
+Every file is written atomically (temporary name, fsync, rename), recordings and supervisions
+first and cuts last, so a cuts manifest on disk always means the part is complete.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lhotse import CutSet, RecordingSet, SupervisionSet, load_manifest
+
+from asrkit.utils import atomic_path
+
+logger = logging.getLogger(__name__)
+
+
+def manifest_path(out_dir: Path | str, corpus: str, kind: str, part: str) -> Path:
+    assert kind in ("recordings", "supervisions", "cuts"), kind
+    return Path(out_dir) / f"{corpus}_{kind}_{part}.jsonl.gz"
+
+
+@dataclass
+class DropStats:
+    """Counts of supervisions dropped while building cuts, by reason (with a few example ids)."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    examples: dict[str, list[str]] = field(default_factory=dict)
+
+    def add(self, reason: str, utt_id: str) -> None:
+        self.counts[reason] = self.counts.get(reason, 0) + 1
+        ex = self.examples.setdefault(reason, [])
+        if len(ex) < 5:
+            ex.append(utt_id)
+
+    def __str__(self) -> str:
+        if not self.counts:
+            return "none dropped"
+        return "; ".join(f"{r}: {n} (e.g. {', '.join(self.examples[r])})" for r, n in self.counts.items())
+
+
+def validate_supervisions(
+    recordings: RecordingSet, supervisions: SupervisionSet, min_duration: float = 0.0, where: str = ""
+) -> tuple[SupervisionSet, DropStats]:
+    """Drop (and count) supervisions with an empty transcript, a missing recording, or a duration
+    below ``min_duration``. Missing audio *files* are checked by :func:`check_audio_files`."""
+    stats = DropStats()
+    kept = []
+    for s in supervisions:
+        if s.recording_id not in recordings:
+            stats.add("no recording", s.id)
+        elif not (s.text or "").strip():
+            stats.add("empty transcript", s.id)
+        elif s.duration < min_duration:
+            stats.add(f"shorter than {min_duration} s", s.id)
+        else:
+            kept.append(s)
+    if stats.counts:
+        logger.warning("%s: dropped supervisions: %s", where, stats)
+    return SupervisionSet.from_segments(kept), stats
+
+
+def check_audio_files(recordings: RecordingSet, where: str = "") -> None:
+    """Fail with the file name if any recording's audio file is missing."""
+    missing = []
+    for r in recordings:
+        for src in r.sources:
+            if src.type == "file" and not Path(src.source).is_file():
+                missing.append(f"{r.id}: {src.source}")
+    if missing:
+        head = "\n  ".join(missing[:10])
+        raise FileNotFoundError(f"{where}: {len(missing)} audio file(s) missing, e.g.:\n  {head}")
+
+
+def write_part(
+    out_dir: Path | str,
+    corpus: str,
+    part: str,
+    recordings: RecordingSet,
+    supervisions: SupervisionSet,
+    min_duration: float = 0.0,
+) -> CutSet:
+    """Validate, then write recordings, supervisions and cuts of one part atomically; return the cuts."""
+    where = f"{corpus}/{part}"
+    check_audio_files(recordings, where)
+    supervisions, stats = validate_supervisions(recordings, supervisions, min_duration, where)
+    if len(supervisions) == 0:
+        raise ValueError(f"{where}: no usable utterances ({stats})")
+    recordings = recordings.filter(lambda r: r.id in {s.recording_id for s in supervisions})
+    cuts = CutSet.from_manifests(recordings=recordings, supervisions=supervisions).trim_to_supervisions(
+        keep_overlapping=False
+    )
+    for kind, manifest in (("recordings", recordings), ("supervisions", supervisions), ("cuts", cuts)):
+        with atomic_path(manifest_path(out_dir, corpus, kind, part)) as tmp:
+            manifest.to_file(tmp)
+    logger.info("%s: %d utterances, %.2f h", where, len(cuts), sum(c.duration for c in cuts) / 3600)
+    return cuts
+
+
+def load_cuts(out_dir: Path | str, corpus: str, part: str) -> CutSet:
+    path = manifest_path(out_dir, corpus, "cuts", part)
+    if not path.is_file():
+        raise FileNotFoundError(f"no cuts manifest {path} (run the data stages first)")
+    return load_manifest(path)
+
+
+def part_done(out_dir: Path | str, corpus: str, part: str) -> bool:
+    return manifest_path(out_dir, corpus, "cuts", part).is_file()

@@ -1,0 +1,42 @@
+"""Batch samplers: Lhotse's DynamicBucketingSampler (padded pipeline) or the padding-free
+sampler, behind one factory; and a wrapper that resumes an epoch after N batches exactly."""
+from __future__ import annotations
+
+from typing import Iterator
+
+
+def make_sampler(cuts, data_cfg, train: bool, seed: int = 0, world_size: int = 1, rank: int = 0):
+    if data_cfg.sampler == "padfree" and train:
+        from asrkit.data.padfree import PadFreeSampler
+
+        return PadFreeSampler(cuts, max_duration=data_cfg.max_duration, seed=seed, world_size=world_size, rank=rank)
+    from lhotse.dataset import DynamicBucketingSampler, SimpleCutSampler
+
+    if not train:
+        return SimpleCutSampler(cuts, max_duration=data_cfg.max_duration, shuffle=False, world_size=world_size, rank=rank)
+    return DynamicBucketingSampler(
+        cuts, max_duration=data_cfg.max_duration, num_buckets=data_cfg.num_buckets, shuffle=True,
+        drop_last=True, seed=seed, world_size=world_size, rank=rank, buffer_size=max(10000, len(cuts)),
+    )
+
+
+class ResumableSampler:
+    """Iterates an epoch of ``sampler`` skipping its first ``skip`` batches (once).
+
+    Sampler iteration is deterministic given its seed and epoch, so skipping the batches an
+    interrupted run already trained on resumes mid-epoch exactly, whatever the DataLoader
+    prefetched. Skipping reads only cut metadata, never audio.
+    """
+
+    def __init__(self, sampler, skip: int = 0):
+        self.sampler, self.skip = sampler, skip
+
+    def set_epoch(self, epoch: int) -> None:
+        self.sampler.set_epoch(epoch)
+
+    def __iter__(self) -> Iterator:
+        it = iter(self.sampler)
+        for _ in range(self.skip):
+            next(it, None)
+        self.skip = 0
+        yield from it

@@ -1,0 +1,165 @@
+"""`asrkit decode`: decode test sets with a trained model and score them.
+
+    asrkit decode --exp-dir exp/sinpos --sets test dev test-longform [decode.method=prefix_beam decode.beam=8]
+
+For each set writes ``EXP/decode_<set>[_<suffix>]/hyp.jsonl`` and ``decode_info.json`` (real-time
+factor included), then scores it (``result.txt``, ``wer.json``...). Batch size 1 and the training
+hop by default, so padding never affects scoring.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from asrkit.config import ConfigError, config_from_dict, load_config, parse_overrides, to_dict
+from asrkit.utils import atomic_write, setup_logging
+
+logger = logging.getLogger(__name__)
+
+
+def load_model(exp_dir: Path, checkpoint: str = "last", device: str = "cpu"):
+    """(model in eval mode, config, tokenizer) from an experiment dir."""
+    from asrkit.checkpoint import resolve_checkpoint
+    from asrkit.model import build_model
+    from asrkit.tokenizer import load_tokenizer
+
+    path = resolve_checkpoint(exp_dir, checkpoint)
+    st = torch.load(path, map_location="cpu", weights_only=False)
+    cfg = config_from_dict(st["config"])
+    tok = load_tokenizer(cfg.tokens.path)
+    if list(tok.tokens) != st["vocab"]:
+        raise ValueError(f"tokenizer {cfg.tokens.path} differs from the one {path} was trained with")
+    model = build_model(cfg, tok.vocab_size)
+    model.load_state_dict(st["model"])
+    logger.info("loaded %s (step %s)", path, st.get("step"))
+    return model.to(device).eval(), cfg, tok
+
+
+class Decoder:
+    """Turns a batch into hypothesis texts with the configured method."""
+
+    def __init__(self, model, cfg, tokenizer):
+        self.model, self.cfg, self.tok = model, cfg, tokenizer
+        d = cfg.decode
+        self.lm = None
+        if d.method == "prefix_beam" and d.lm:
+            from asrkit.decode.ngram import NgramLM
+
+            self.lm = NgramLM.from_arpa(d.lm)
+        self.wfst = None
+        if d.method == "wfst":
+            from asrkit.decode.wfst import WfstDecoder
+
+            if not d.lm:
+                raise ConfigError("decode.method=wfst needs decode.lm (a graph directory built by `asrkit lm graph`)")
+            self.wfst = WfstDecoder(d.lm)
+
+    @torch.no_grad()
+    def __call__(self, batch: dict) -> list[str]:
+        d = self.cfg.decode
+        enc = self.model.encode(batch["feats"], batch["feat_lens"], batch["times"])
+        if d.method == "greedy":
+            from asrkit.decode.ctc import ctc_greedy
+
+            return [self.tok.decode(h) for h in ctc_greedy(enc.log_probs, enc.lengths)]
+        if d.method == "prefix_beam":
+            from asrkit.decode.ctc import ctc_prefix_beam_search
+
+            hyps = ctc_prefix_beam_search(enc.log_probs, enc.lengths, beam=d.beam, lm=self.lm,
+                                          lm_weight=d.lm_weight, word_bonus=d.word_bonus, tokenizer=self.tok)
+            return [self.tok.decode(h.tokens) for h in hyps]
+        if d.method == "wfst":
+            return [" ".join(words).upper() for words in self.wfst.decode(enc.log_probs, enc.lengths)]
+        if d.method == "attention":
+            return [self.tok.decode(h) for h in self.model.decoder.beam_search(enc, self.cfg, self.tok)]
+        raise ConfigError(f"decode.method={d.method!r} is not supported")
+
+
+def decode_set(model, cfg, tok, cuts, out_dir: Path, set_name: str, hop: float) -> dict:
+    from lhotse.dataset import SimpleCutSampler
+    from tqdm import tqdm
+
+    from asrkit.data.dataset import AsrDataset, collate
+
+    ds = AsrDataset(tok, cfg.features, None, on_bad_audio="raise")
+    decoder = Decoder(model, cfg, tok)
+    bs = cfg.decode.batch_size
+    results, audio_s, t_model, t0 = [], 0.0, 0.0, time.time()
+    cut_list = list(cuts)
+    for i in tqdm(range(0, len(cut_list), bs), desc=f"decode {set_name}", dynamic_ncols=True):
+        chunk = cut_list[i:i + bs]
+        batch = collate([ds.utterance(c, hop=hop) for c in chunk])
+        tm = time.time()
+        hyps = decoder(batch)
+        t_model += time.time() - tm
+        for c, u_text, hyp in zip(chunk, batch["texts"], hyps):
+            r = {"id": c.id, "ref": u_text, "hyp": hyp, "duration": c.duration}
+            if c.custom and "window" in c.custom:
+                r["window"] = c.custom["window"]
+            results.append(r)
+            audio_s += c.duration
+    wall = time.time() - t0
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with atomic_write(out_dir / "hyp.jsonl") as f:
+        for r in results:
+            f.write(json.dumps(r) + "\n")
+    info = {"set": set_name, "decoder": cfg.decode.method, "beam": cfg.decode.beam, "hop": hop,
+            "batch_size": bs, "utterances": len(results), "audio_seconds": audio_s, "wall_seconds": wall,
+            "rtf": wall / max(audio_s, 1e-9), "model_rtf": t_model / max(audio_s, 1e-9),
+            "threads": torch.get_num_threads()}
+    with atomic_write(out_dir / "decode_info.json") as f:
+        json.dump(info, f, indent=1)
+    return info
+
+
+def main(argv: list[str] | None = None) -> int:
+    from asrkit.data.manifests import load_cuts
+
+    p = argparse.ArgumentParser(prog="asrkit decode", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--exp-dir", type=Path, required=True)
+    p.add_argument("--sets", nargs="+", required=True, help="parts of the corpus (cuts manifests) to decode")
+    p.add_argument("--checkpoint", default="last", help="last | best | avg | a path")
+    p.add_argument("--suffix", default="", help="decode dir suffix (decode_<set>_<suffix>)")
+    p.add_argument("--norm", default=None, help="scoring normalizer (default: the corpus name if known, else none)")
+    p.add_argument("--no-score", action="store_true")
+    p.add_argument("overrides", nargs="*", help="decode.* overrides, e.g. decode.method=prefix_beam decode.beam=8")
+    args = p.parse_args(argv)
+    setup_logging()
+    try:
+        for key, _ in parse_overrides(args.overrides):
+            if not key.startswith("decode."):
+                raise ConfigError(f"only decode.* keys can be overridden at decoding time, got {key!r}")
+        model, cfg, tok = load_model(args.exp_dir, args.checkpoint)
+        d = to_dict(cfg)
+        from asrkit.config import _set_nested
+
+        for key, value in parse_overrides(args.overrides):
+            _set_nested(d, key, value)
+        cfg = config_from_dict(d)
+    except (ConfigError, FileNotFoundError, ValueError) as e:
+        print(f"asrkit decode: error: {e}", file=sys.stderr)
+        return 2
+    hop = cfg.decode.hop or cfg.features.hop
+    from asrkit.scoring import score_dir
+    from asrkit.textnorm import NORMALIZERS
+
+    corpus_norm = cfg.data.corpus.rstrip("23") if cfg.data.corpus.startswith("tedlium") else cfg.data.corpus
+    norm = args.norm or (corpus_norm if corpus_norm in NORMALIZERS else "none")
+    for s in args.sets:
+        cuts = load_cuts(cfg.data.manifest_dir, cfg.data.corpus, s)
+        name = f"decode_{s}" + (f"_{args.suffix}" if args.suffix else "")
+        info = decode_set(model, cfg, tok, cuts, args.exp_dir / name, s, hop)
+        logger.info("%s: %d utterances, RTF %.4f", s, info["utterances"], info["rtf"])
+        if not args.no_score:
+            score_dir(args.exp_dir / name, bins=cfg.decode.bins, normalizer=norm)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

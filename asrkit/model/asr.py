@@ -1,0 +1,50 @@
+"""The acoustic model: an encoder (frontend + positional encoding + layers), a CTC head, and
+optionally an attention decoder (sequence-to-sequence training with auxiliary CTC)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+@dataclass
+class EncoderOutput:
+    hidden: Tensor  #: B x T x D
+    lengths: Tensor  #: B
+    mask: Tensor  #: B x T bool, True = real frame
+    times: Tensor  #: B x T seconds
+    log_probs: Tensor  #: B x T x V CTC log-probabilities (float32)
+
+
+class AsrModel(nn.Module):
+    def __init__(self, encoder: nn.Module, vocab_size: int, decoder: Optional[nn.Module] = None, ctc_weight: float = 1.0):
+        super().__init__()
+        self.encoder = encoder
+        self.ctc_head = nn.Linear(encoder.d_model, vocab_size)
+        self.decoder = decoder
+        self.ctc_weight = ctc_weight if decoder is not None else 1.0
+        self.vocab_size = vocab_size
+
+    def encode(self, feats: Tensor, lengths: Tensor, times: Tensor) -> EncoderOutput:
+        h, lens, mask, t = self.encoder(feats, lengths, times)
+        log_probs = F.log_softmax(self.ctc_head(h).float(), dim=-1)
+        return EncoderOutput(h, lens, mask, t, log_probs)
+
+    def forward(self, batch: dict) -> dict:
+        """Returns ``{"loss": scalar (per utterance), "ctc_loss": ..., ["att_loss": ...], "n_utts": B}``."""
+        enc = self.encode(batch["feats"], batch["feat_lens"], batch["times"])
+        targets, target_lens = batch["targets"], batch["target_lens"]
+        B = target_lens.shape[0]
+        ctc = F.ctc_loss(enc.log_probs.transpose(0, 1), targets, enc.lengths, target_lens,
+                         blank=0, reduction="sum", zero_infinity=False) / B
+        out = {"ctc_loss": ctc, "n_utts": B}
+        if self.decoder is not None:
+            att = self.decoder.loss(enc, batch)
+            out["att_loss"] = att
+            out["loss"] = self.ctc_weight * ctc + (1 - self.ctc_weight) * att
+        else:
+            out["loss"] = ctc
+        return out

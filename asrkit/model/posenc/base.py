@@ -1,0 +1,118 @@
+"""The one interface every positional encoding implements.
+
+An encoder calls the hooks below at fixed points; each hook defaults to "do nothing", so an
+encoding overrides only what it needs and the encoder layers never special-case an encoding:
+
+====================  ==============================================  ====================
+hook                  called                                          used by
+====================  ==============================================  ====================
+``begin``             once per forward, after the frontend            all (draws randomness)
+``embed``             on the frontend output, before layer 0          sinpos, cape, shape,
+                                                                      abspos, concat_sin
+``qk``                in every attention layer, on q and k            spe (gated codes)
+``attn_bias``         in every softmax attention layer                relpos, relpos_first
+``after_layer``       after every encoder layer                       cpe (PEG)
+====================  ==============================================  ====================
+
+Positions are *times in seconds* of each frame (``times``, shape ``B x T``): frame index x hop x
+frontend stride for the padded pipeline, or the true timestamp of every kept frame for the
+padding-free one. ``mask`` (``B x T``, True = real frame) says which frames are padding; padding
+must never enter a mean, a convolution edge or an attention.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Optional
+
+import torch
+from torch import Tensor, nn
+
+
+@dataclass
+class PosState:
+    """Per-forward state shared by all layers: positions, the padding mask, and anything an
+    encoding draws once per forward (CAPE's augmented times, SPE's codes...)."""
+
+    times: Tensor  #: B x T seconds
+    mask: Tensor  #: B x T bool, True = real frame
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class PositionalEncoding(nn.Module):
+    """Base class: a no-op encoding (``nopos``). Subclasses override the hooks they need.
+
+    Class attributes:
+        name: the config value (``encoder.pos_enc``).
+        attention: which attention kinds it works with (``softmax``, ``linear``).
+        Options: a dataclass of the encoding's own options (``encoder.pos``), validated at config time.
+    """
+
+    name: ClassVar[str] = "nopos"
+    attention: ClassVar[tuple[str, ...]] = ("softmax", "linear")
+
+    @dataclass
+    class Options:
+        pass
+
+    def __init__(self, d_model: int, n_heads: int, n_layers: int, opts: Any = None):
+        super().__init__()
+        self.d_model, self.n_heads, self.n_layers = d_model, n_heads, n_layers
+        self.opts = opts if opts is not None else self.Options()
+
+    def output_dim(self, d_in: int) -> int:
+        """Feature size after :meth:`embed` (differs from ``d_in`` only for concatenation)."""
+        return d_in
+
+    def begin(self, x: Tensor, times: Tensor, mask: Tensor) -> PosState:
+        return PosState(times=times, mask=mask)
+
+    def embed(self, x: Tensor, state: PosState) -> Tensor:
+        return x
+
+    def qk(self, layer: int, q: Tensor, k: Tensor, state: PosState) -> tuple[Tensor, Tensor]:
+        """q, k: B x H x T x Dh."""
+        return q, k
+
+    def attn_bias(self, layer: int, q: Tensor, state: PosState) -> Optional[Tensor]:
+        """An additive attention bias broadcastable to B x H x T x T, or None. q: B x H x T x Dh."""
+        return None
+
+    def after_layer(self, layer: int, x: Tensor, state: PosState) -> Tensor:
+        return x
+
+
+NoPos = PositionalEncoding
+
+
+def sinusoid(times: Tensor, dim: int, omega0: float = 30.0, base: float = 10000.0) -> Tensor:
+    """Sinusoidal embedding of continuous ``times`` (any shape, seconds) -> ``times.shape + (dim,)``.
+
+    E_2k(t) = cos(w_k t), E_2k+1(t) = sin(w_k t), w_k = omega0 * base^(-2k/dim) (CAPE section 3,
+    "positional encoding for sound": omega0 = 30 gives 30 ms specificity over minutes of audio).
+    Components are laid out [cos..., sin...], which is a fixed permutation of the interleaved form.
+    Computed in float32 whatever the input dtype (phases of minutes-long audio need it).
+    """
+    assert dim % 2 == 0, f"sinusoidal embedding needs an even dimension, got {dim}"
+    k = torch.arange(dim // 2, device=times.device, dtype=torch.float32)
+    w = omega0 * base ** (-2.0 * k / dim)
+    phase = times.to(torch.float32).unsqueeze(-1) * w
+    return torch.cat([torch.cos(phase), torch.sin(phase)], dim=-1)
+
+
+class SinPos(PositionalEncoding):
+    """``sinpos``: sinusoidal embedding of each frame's time in seconds, added to the input."""
+
+    name = "sinpos"
+
+    @dataclass
+    class Options:
+        omega0: float = 30.0  #: w_k = omega0 * 10000^(-2k/K)
+        scale: float = 1.0  #: multiplier of the embedding before it is added
+
+    def positions(self, state: PosState) -> Tensor:
+        """Times (seconds) to encode; augmenting subclasses (CAPE, SHAPE) override this."""
+        return state.times
+
+    def embed(self, x: Tensor, state: PosState) -> Tensor:
+        pe = sinusoid(self.positions(state), x.shape[-1], self.opts.omega0)
+        return x + (self.opts.scale * pe).to(x.dtype)

@@ -1,0 +1,83 @@
+"""Transformer encoder for CTC (CAPE paper): conv frontend, positional encoding, N layers.
+
+Post-LN as in the paper (``norm_first=False``) or pre-LN. Layer drop skips whole layers at
+training time; which layers are dropped is drawn from a generator seeded per step
+(:meth:`TransformerEncoder.set_step`), so every DDP rank drops the same layers and a resumed
+run drops the same layers as an uninterrupted one.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor, nn
+
+from asrkit.model.attention import ATTENTIONS
+from asrkit.model.frontend import Conv1dGLU
+from asrkit.model.posenc import build_pos_encoding
+from asrkit.model.posenc.base import PositionalEncoding, PosState
+
+ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "swish": nn.SiLU}
+
+
+class FeedForward(nn.Sequential):
+    def __init__(self, d_model: int, d_ff: int, dropout: float, activation: str = "relu"):
+        super().__init__(nn.Linear(d_model, d_ff), ACTIVATIONS[activation](), nn.Dropout(dropout), nn.Linear(d_ff, d_model))
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, attn_dropout: float,
+                 norm_first: bool, activation: str = "relu", attention: str = "softmax"):
+        super().__init__()
+        self.attn = ATTENTIONS[attention](d_model, n_heads, attn_dropout)
+        self.ffn = FeedForward(d_model, d_ff, dropout, activation)
+        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.drop = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def forward(self, x: Tensor, key_mask: Optional[Tensor], pos: PositionalEncoding, state: PosState, i: int) -> Tensor:
+        if self.norm_first:
+            x = x + self.drop(self.attn(self.norm1(x), key_mask, pos, state, i))
+            return x + self.drop(self.ffn(self.norm2(x)))
+        x = self.norm1(x + self.drop(self.attn(x, key_mask, pos, state, i)))
+        return self.norm2(x + self.drop(self.ffn(x)))
+
+
+class TransformerEncoder(nn.Module):
+    """features (B x T x F) -> hidden (B x T' x D), with output lengths, mask and frame times."""
+
+    def __init__(self, cfg, n_feats: int, frontend_cfg):
+        super().__init__()
+        d = cfg.d_model
+        self.frontend = Conv1dGLU(n_feats, d, frontend_cfg.kernel, frontend_cfg.stride, frontend_cfg.dropout)
+        self.pos = build_pos_encoding(cfg)
+        d_in = self.pos.output_dim(d)
+        self.proj = nn.Linear(d_in, d) if d_in != d else nn.Identity()
+        self.layers = nn.ModuleList(
+            EncoderLayer(d, cfg.n_heads, cfg.d_ff, cfg.dropout, cfg.attn_dropout, cfg.norm_first, cfg.activation, cfg.attention)
+            for _ in range(cfg.n_layers)
+        )
+        self.final_norm = nn.LayerNorm(d) if cfg.norm_first else nn.Identity()
+        self.layer_drop = cfg.layer_drop
+        self.d_model = d
+        self._drop_gen = torch.Generator()
+        self._drop_gen.manual_seed(0)
+
+    def set_step(self, seed: int) -> None:
+        """Seed the layer-drop draw for this training step (identical on every rank)."""
+        self._drop_gen.manual_seed(int(seed))
+
+    def forward(self, feats: Tensor, lengths: Tensor, times: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        x, lengths, times = self.frontend(feats, lengths, times)
+        mask = torch.arange(x.shape[1], device=x.device)[None, :] < lengths[:, None]
+        state = self.pos.begin(x, times, mask)
+        x = self.proj(self.pos.embed(x, state))
+        key_mask = None if bool(mask.all()) else mask[:, None, None, :]
+        drop = None
+        if self.training and self.layer_drop > 0:
+            drop = (torch.rand(len(self.layers), generator=self._drop_gen) < self.layer_drop).tolist()
+        for i, layer in enumerate(self.layers):
+            if drop is None or not drop[i]:
+                x = layer(x, key_mask, self.pos, state, i)
+            x = self.pos.after_layer(i, x, state)
+        return self.final_norm(x), lengths, mask, times

@@ -1,0 +1,100 @@
+"""Small shared helpers: atomic file writes, logging set-up, seeding."""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+import tempfile
+from pathlib import Path
+from typing import IO, Iterator, Union
+
+Pathlike = Union[str, Path]
+
+
+@contextlib.contextmanager
+def atomic_write(path: Pathlike, mode: str = "w", **kwargs) -> Iterator[IO]:
+    """Open a temporary file next to ``path``; on success fsync it and rename it over ``path``.
+
+    If the block raises (or the process dies), ``path`` keeps its previous content (or stays
+    absent) and the temporary file is removed.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, mode, **kwargs) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_path(path: Pathlike) -> "contextlib.AbstractContextManager[Path]":
+    """Like :func:`atomic_write` but yields a temporary *path* for writers that want a filename
+    (e.g. ``CutSet.to_file``). The temporary name keeps the suffixes of ``path``."""
+    return _atomic_path(Path(path))
+
+
+@contextlib.contextmanager
+def _atomic_path(path: Path) -> Iterator[Path]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    suffix = "".join(path.suffixes)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp" + suffix, dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        with open(tmp_path, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp_path, path)
+        _fsync_dir(path.parent)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp_path)
+        raise
+
+
+def _fsync_dir(d: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(d, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def setup_logging(log_file: Pathlike | None = None, level: int = logging.INFO) -> None:
+    """Log to stderr (and to ``log_file`` if given) with timestamps."""
+    handlers: list[logging.Handler] = [logging.StreamHandler()]
+    if log_file is not None:
+        Path(log_file).parent.mkdir(parents=True, exist_ok=True)
+        handlers.append(logging.FileHandler(log_file))
+    logging.basicConfig(
+        level=level,
+        format="%(asctime)s %(levelname)s [%(name)s] %(message)s",
+        handlers=handlers,
+        force=True,
+    )
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy and torch RNGs."""
+    random.seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed % (2**32))
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        import torch
+
+        torch.manual_seed(seed)
+    except ImportError:  # pragma: no cover
+        pass

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Shared ASR recipe: every egs/<corpus>/asr1/run.sh calls this with its sets and configs.
+# Stages (each calls one asrkit command; a finished stage leaves a .done marker and is skipped):
+#   1 data       corpus on disk (or synthesized, for mini) -> Lhotse manifests
+#   2 manifests  check every utterance's audio; build long-form windows
+#   3 tokens     train the tokenizer (letters / sentencepiece)
+#   4 train      train the model (resumes automatically after a crash)
+#   5 decode     decode the test sets
+#   6 score      score them and write RESULTS.md
+# Usage: asr.sh [--stage N] [--stop_stage M] [--option value ...]
+set -euo pipefail
+
+# ---- options (all may be given as --name value or --name-value; unknown ones are errors)
+stage=1
+stop_stage=6
+corpus=            # name known to `asrkit prepare` (mini, librispeech, wsj, tedlium2, tedlium3)
+corpus_dir=        # where the corpus lies (mini: where it is synthesized)
+train_sets=        # space-separated parts
+dev_set=
+test_sets=
+longform_sets=     # parts to cut into 10..45 s windows (decoded as <part>-longform<W>)
+prepare_args=      # extra args for `asrkit prepare`
+manifest_dir=data/manifests
+token_type=letters # letters | bpe | unigram
+nbpe=256
+train_config=
+train_args=        # key=value overrides for training
+expdir=
+tag=               # experiment name (default: config file name)
+decode_args=       # decode.* overrides
+checkpoint=last    # last | best | avg
+ngpu=0             # >1: torchrun --nproc_per_node ngpu
+num_nodes=1        # >1: multi-node through cmd.sh's backend
+nj=2
+force=false        # true: rerun stages even if their .done marker exists
+
+__asrkit_opts="stage stop_stage corpus corpus_dir train_sets dev_set test_sets longform_sets prepare_args manifest_dir token_type nbpe train_config train_args expdir tag decode_args checkpoint ngpu num_nodes nj force"
+. "$(dirname "${BASH_SOURCE[0]}")/utils/parse_options.sh"
+[ $# -eq 0 ] || { echo "$0: unexpected argument(s): $*" >&2; exit 2; }
+
+for v in corpus corpus_dir train_sets test_sets train_config; do
+    [ -n "${!v}" ] || { echo "$0: --${v} is required" >&2; exit 2; }
+done
+[ -f "$train_config" ] || { echo "$0: --train_config $train_config does not exist" >&2; exit 2; }
+[ -f path.sh ] && . ./path.sh
+[ -f cmd.sh ] && . ./cmd.sh
+: "${train_cmd:=}"
+
+tag=${tag:-$(basename "${train_config%.*}")}
+expdir=${expdir:-exp/${tag}}
+token_file=data/tokens/${token_type}$([ "$token_type" = letters ] || echo "$nbpe").json
+markers=data/.done
+
+log() { echo "$(date '+%F %T') [asr.sh] $*"; }
+run_stage() {  # run_stage N marker_dir name: true if stage N is to run now
+    local n=$1 dir=$2 name=$3
+    [ "$stage" -le "$n" ] && [ "$stop_stage" -ge "$n" ] || return 1
+    if [ -f "$dir/stage$n.done" ] && [ "$force" != true ]; then
+        log "stage $n ($name): done before ($dir/stage$n.done), skipping"; return 1
+    fi
+    log "stage $n: $name"; return 0
+}
+finish_stage() { mkdir -p "$2"; date > "$2/stage$1.done"; }
+
+all_sets="$train_sets $dev_set $test_sets"
+if run_stage 1 $markers "data"; then
+    # shellcheck disable=SC2086
+    asrkit prepare "$corpus" --corpus-dir "$corpus_dir" --out "$manifest_dir" --parts $all_sets --num-jobs "$nj" $prepare_args
+    finish_stage 1 $markers
+fi
+
+if run_stage 2 $markers "manifests: audio check, long-form windows"; then
+    # shellcheck disable=SC2086
+    asrkit cuts --corpus "$corpus" --manifest-dir "$manifest_dir" --parts $all_sets --num-jobs "$nj" \
+        ${longform_sets:+--longform $longform_sets}
+    finish_stage 2 $markers
+fi
+
+if run_stage 3 $markers "tokens ($token_type)"; then
+    cuts=""; for s in $train_sets; do cuts="$cuts $manifest_dir/${corpus}_cuts_${s}.jsonl.gz"; done
+    # shellcheck disable=SC2086
+    asrkit tokens --cuts $cuts --kind "$token_type" --vocab-size "$nbpe" --out "$token_file"
+    finish_stage 3 $markers
+fi
+
+train_sets_yaml="[$(echo $train_sets | sed 's/ /, /g')]"
+if run_stage 4 "$expdir/.done" "train -> $expdir"; then
+    mkdir -p "$expdir"
+    launcher=(asrkit)
+    if [ "$ngpu" -gt 1 ] || [ "$num_nodes" -gt 1 ]; then
+        launcher=(${train_cmd:-torchrun --standalone --nproc_per_node "$ngpu"} -m asrkit)
+    fi
+    # shellcheck disable=SC2086
+    "${launcher[@]}" train --config "$train_config" --exp-dir "$expdir" \
+        data.corpus="$corpus" data.manifest_dir="$manifest_dir" data.train_sets="$train_sets_yaml" \
+        data.dev_set="$dev_set" tokens.kind="$token_type" tokens.path="$token_file" $train_args
+    finish_stage 4 "$expdir/.done"
+fi
+
+decode_sets="$test_sets"
+for s in $longform_sets; do
+    for f in "$manifest_dir/${corpus}_cuts_${s}"-longform*.jsonl.gz; do
+        [ -e "$f" ] || continue
+        w=${f##*_cuts_}; decode_sets="$decode_sets ${w%.jsonl.gz}"
+    done
+done
+
+if run_stage 5 "$expdir/.done" "decode"; then
+    # shellcheck disable=SC2086
+    asrkit decode --exp-dir "$expdir" --sets $decode_sets --checkpoint "$checkpoint" --no-score $decode_args
+    finish_stage 5 "$expdir/.done"
+fi
+
+if run_stage 6 "$expdir/.done" "score and report"; then
+    asrkit report "$expdir" --score
+    finish_stage 6 "$expdir/.done"
+fi
+log "finished stages $stage..$stop_stage"
