@@ -22,6 +22,7 @@ def atomic_write(path: Pathlike, mode: str = "w", **kwargs) -> Iterator[IO]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    _default_mode(tmp)
     try:
         with os.fdopen(fd, mode, **kwargs) as f:
             yield f
@@ -47,6 +48,7 @@ def _atomic_path(path: Path) -> Iterator[Path]:
     suffix = "".join(path.suffixes)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp" + suffix, dir=path.parent)
     os.close(fd)
+    _default_mode(tmp)
     tmp_path = Path(tmp)
     try:
         yield tmp_path
@@ -58,6 +60,13 @@ def _atomic_path(path: Path) -> Iterator[Path]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp_path)
         raise
+
+
+def _default_mode(path: str) -> None:
+    """mkstemp creates 0600 files; give them the usual 0666 & ~umask."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
 
 
 def _fsync_dir(d: Path) -> None:
