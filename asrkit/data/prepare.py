@@ -40,13 +40,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True, help="manifest directory")
     p.add_argument("--parts", nargs="*", default=None, help="parts to prepare (default: the corpus' standard ones)")
     p.add_argument("--num-jobs", type=int, default=2)
-    p.add_argument("--seed", type=int, default=0, help="mini only: synthesis seed")
+    g = p.add_argument_group("mini only (synthesis)")
+    g.add_argument("--seed", type=int, default=0, help="synthesis seed")
+    g.add_argument("--train-hours", type=float, default=4.0)
+    g.add_argument("--dev-minutes", type=float, default=15.0)
+    g.add_argument("--test-minutes", type=float, default=15.0)
+    g.add_argument("--longform-minutes", type=float, default=15.0)
     args = p.parse_args(argv)
     setup_logging()
     prep = get_preparer(args.corpus)
     kwargs = dict(corpus_dir=args.corpus_dir, out_dir=args.out, parts=args.parts, num_jobs=args.num_jobs)
     if args.corpus == "mini":
-        kwargs["seed"] = args.seed
+        kwargs.update(seed=args.seed, train_hours=args.train_hours, dev_minutes=args.dev_minutes,
+                      test_minutes=args.test_minutes, longform_minutes=args.longform_minutes)
     cuts = prep(**kwargs)
     for part, cs in cuts.items():
         print(f"{args.corpus} {part}: {len(cs)} utterances, {sum(c.duration for c in cs) / 3600:.2f} h")
