@@ -6,6 +6,7 @@ exercises the same code path as the real corpus.
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import Sequence
 
@@ -30,9 +31,36 @@ def _prepare_parts(corpus: str, libri_dir: Path, out_dir: Path, parts: Sequence[
         if not (libri_dir / part).is_dir():
             raise FileNotFoundError(f"{corpus}: part directory {libri_dir / part} does not exist")
         # output_dir=None: nothing is written by Lhotse; we write our own files atomically
+        t0 = time.time()
         m = prepare_librispeech(libri_dir, dataset_parts=[part], output_dir=None, num_jobs=num_jobs)[part]
+        check_complete(corpus, libri_dir / part, m["recordings"])
         out[part] = write_part(out_dir, corpus, part, m["recordings"], m["supervisions"])
+        dt = time.time() - t0
+        logger.info("%s/%s: %d files in %.1f s (%.0f files/s, %d jobs)", corpus, part, len(m["recordings"]), dt, len(m["recordings"]) / max(dt, 1e-9), num_jobs)
     return out
+
+
+def check_complete(corpus: str, part_dir: Path, recordings) -> None:
+    """Lhotse skips (with a log line only) utterances whose FLAC file is missing and ignores FLAC
+    files without a transcript line. Fail naming the missing files; warn about (and so count) the
+    untranscribed ones."""
+    listed: dict[str, Path] = {}
+    for trans in part_dir.rglob("*.trans.txt"):
+        with open(trans) as f:
+            for line in f:
+                if line.strip():
+                    uid = line.split(maxsplit=1)[0]
+                    listed[uid] = trans.parent / f"{uid}.flac"
+    have = set(recordings.ids)
+    missing = [str(p) for uid, p in sorted(listed.items()) if uid not in have]
+    if missing:
+        raise FileNotFoundError(
+            f"{corpus}/{part_dir.name}: {len(missing)} audio file(s) listed in *.trans.txt are missing, e.g. "
+            + ", ".join(missing[:5])
+        )
+    untranscribed = sorted({f.stem for f in part_dir.rglob("*.flac")} - set(listed))
+    if untranscribed:
+        logger.warning("%s/%s: %d recordings without a transcript line: %s", corpus, part_dir.name, len(untranscribed), ", ".join(untranscribed[:5]))
 
 
 def prepare(corpus_dir: Path | str, out_dir: Path | str, parts: Sequence[str] | None = None, num_jobs: int = 2) -> dict[str, CutSet]:

@@ -48,8 +48,9 @@ def validate_supervisions(
     below ``min_duration``. Missing audio *files* are checked by :func:`check_audio_files`."""
     stats = DropStats()
     kept = []
+    rec_ids = set(recordings.ids)  # a set: `in RecordingSet` is a linear scan (quadratic for 281k files)
     for s in supervisions:
-        if s.recording_id not in recordings:
+        if s.recording_id not in rec_ids:
             stats.add("no recording", s.id)
         elif not (s.text or "").strip():
             stats.add("empty transcript", s.id)
@@ -88,9 +89,12 @@ def write_part(
     supervisions, stats = validate_supervisions(recordings, supervisions, min_duration, where)
     if len(supervisions) == 0:
         raise ValueError(f"{where}: no usable utterances ({stats})")
-    recordings = recordings.filter(lambda r: r.id in {s.recording_id for s in supervisions})
-    cuts = CutSet.from_manifests(recordings=recordings, supervisions=supervisions).trim_to_supervisions(
-        keep_overlapping=False
+    used = {s.recording_id for s in supervisions}  # built once, not once per recording
+    recordings = RecordingSet.from_recordings(r for r in recordings if r.id in used)
+    cuts = (
+        CutSet.from_manifests(recordings=recordings, supervisions=supervisions)
+        .trim_to_supervisions(keep_overlapping=False)
+        .to_eager()  # trim_to_supervisions is lazy in recent Lhotse; len() below needs an eager set
     )
     for kind, manifest in (("recordings", recordings), ("supervisions", supervisions), ("cuts", cuts)):
         with atomic_path(manifest_path(out_dir, corpus, kind, part)) as tmp:
