@@ -82,6 +82,7 @@ class EncoderConfig:
     attention: str = "softmax"  #: softmax | linear_relu | linear_favor
     pos_enc: str = "sinpos"  #: see asrkit.model.posenc.POS_ENCODINGS
     pos: dict = field(default_factory=dict)  #: options of the chosen positional encoding
+    options: dict = field(default_factory=dict)  #: options of conv encoders (validated by asrkit.model.conv)
 
 
 @dataclass
