@@ -23,6 +23,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compare": ("asrkit.compare", "compare experiments: Markdown table and PNG plots"),
     "average": ("asrkit.average", "average the last or best N checkpoints"),
     "lm": ("asrkit.decode.lm", "train an n-gram LM / build a decoding graph"),
+    "analysis": ("asrkit.analysis", "Park & Sung analyses: receptive field, PCA, attention maps, errors vs length, looping"),
+    "padfree": ("asrkit.padfree_report", "padding-free pipeline reports: hop histogram, padding fraction, hop-vs-WER curve"),
     "bench": ("asrkit.bench", "benchmarks"),
     "config": ("asrkit.config", "print the resolved config (validates it)"),
 }
