@@ -1,0 +1,185 @@
+"""TLG graph building (kaldifst / kaldilm) and WFST decoding (kaldi_decoder) of CTC output."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from asrkit.decode import lm as lm_cli
+from asrkit.decode.ctc import ctc_prefix_beam_search
+from asrkit.decode.ngram import NgramLM
+from asrkit.decode.wfst import WfstDecoder, add_disambig, build_tlg, make_lexicon
+
+torch.set_num_threads(1)
+
+
+class LetterTok:
+    def __init__(self) -> None:
+        self.tokens = ["<blank>", "|", "'"] + [chr(c) for c in range(ord("a"), ord("z") + 1)]
+        self.blank_id = 0
+        self.vocab_size = len(self.tokens)
+        self.ids = {t: i for i, t in enumerate(self.tokens)}
+
+    def encode(self, text: str) -> list[int]:
+        out: list[int] = []
+        for i, w in enumerate(text.lower().split()):
+            if i:
+                out.append(self.ids["|"])
+            out += [self.ids[c] for c in w]
+        return out
+
+    def decode(self, ids) -> str:
+        return " ".join(w for w in "".join(self.tokens[i] for i in ids if i).split("|") if w)
+
+
+class PieceTok:
+    def __init__(self, pieces: list[str]) -> None:
+        self.tokens = ["<blank>"] + pieces
+        self.blank_id = 0
+        self.vocab_size = len(self.tokens)
+        self.ids = {t: i for i, t in enumerate(self.tokens)}
+
+    def encode(self, text: str) -> list[int]:
+        out: list[int] = []
+        for w in text.lower().split():
+            s = "\u2581" + w
+            while s:
+                n = next((n for n in range(len(s), 0, -1) if s[:n] in self.ids), None)
+                if n is None:
+                    raise KeyError(s)
+                out.append(self.ids[s[:n]])
+                s = s[n:]
+        return out
+
+    def decode(self, ids) -> str:
+        return "".join(self.tokens[i] for i in ids if i).replace("\u2581", " ").strip()
+
+
+PIECES = ["\u2581the", "\u2581c", "\u2581k", "at", "\u2581sat", "\u2581a", "\u2581is", "\u2581name", "\u2581ran",
+          "\u2581on", "\u2581mat", "\u2581dog", "\u2581b", "all", "\u2581t"]
+LM_TEXT = (["the cat sat on the mat"] * 5 + ["the cat ran"] * 3 + ["a kat is a name"] * 2 + ["the dog sat"] * 2
+           + ["a ball is at the mall", "the tall cat sat on a ball", "all is a name"])
+
+
+def frame_logprobs(spec: list[dict[int, float]], V: int, floor: float = 1e-4) -> torch.Tensor:
+    rows = []
+    for d in spec:
+        p = torch.full((V,), floor, dtype=torch.float64)
+        for k, v in d.items():
+            p[k] = v
+        p[0] += max(0.0, 1.0 - float(p.sum()))
+        rows.append((p / p.sum()).log())
+    return torch.stack(rows).float()
+
+
+def spell_frames(ids, amb=None, frames_per_token=1):
+    spec = [{0: 0.9}]
+    for i in ids:
+        spec += [(amb or {}).get(i, {i: 0.99})] * frames_per_token + [{0: 0.9}]
+    return spec
+
+
+@pytest.fixture(scope="module")
+def arpa(tmp_path_factory):
+    path = tmp_path_factory.mktemp("lm") / "lm.arpa"
+    NgramLM.train(LM_TEXT, order=3).write_arpa(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def letter_graph(arpa, tmp_path_factory):
+    return build_tlg(LetterTok(), None, arpa, tmp_path_factory.mktemp("graph") / "letters")
+
+
+def _decode(graph, tok, text, amb=None, **kw):
+    lp = frame_logprobs(spell_frames(tok.encode(text), amb), tok.vocab_size)[None]
+    return WfstDecoder(graph, **kw).decode(lp, torch.tensor([lp.shape[1]]))[0], lp
+
+
+def test_lm_decides_acoustically_ambiguous_word(letter_graph):
+    tok = LetterTok()
+    k, c = tok.ids["k"], tok.ids["c"]
+    words, lp = _decode(letter_graph, tok, "the kat sat", {k: {k: 0.5, c: 0.4}})
+    assert words == ["the", "cat", "sat"]
+    # with the LM nearly switched off the (slightly) better acoustics win
+    assert _decode(letter_graph, tok, "the kat sat", {k: {k: 0.5, c: 0.4}}, lm_scale=0.01)[0] == ["the", "kat", "sat"]
+    # prefix beam search with the same LM makes the same choice
+    arpa_lm = NgramLM.from_arpa(json.loads((letter_graph / "graph.json").read_text())["arpa"])
+    h = ctc_prefix_beam_search(lp, torch.tensor([lp.shape[1]]), beam=8, lm=arpa_lm, lm_weight=1.0, tokenizer=tok)[0]
+    assert tok.decode(h.tokens) == "the cat sat"
+
+
+@pytest.mark.parametrize("text", ["the kat sat", "a cat is a name", "the tall ball is at the mall", "all a at"])
+def test_clear_logits_give_their_reading(letter_graph, text):
+    """Clear acoustics win over the LM; double letters (blank between), word prefixes ('a'/'at',
+    'all'/'ball') and n-grams the LM never saw decode as spelled."""
+    assert _decode(letter_graph, LetterTok(), text)[0] == text.split()
+
+
+def test_boundary_tokens_at_the_edges(letter_graph):
+    """A leading, trailing or doubled '|' (blank-separated) still reads as the same words."""
+    tok = LetterTok()
+    bar = tok.ids["|"]
+    ids = [bar] + tok.encode("the cat") + [bar, bar] + tok.encode("sat") + [bar]
+    lp = frame_logprobs(spell_frames(ids), tok.vocab_size)[None]
+    assert WfstDecoder(letter_graph).decode(lp, torch.tensor([lp.shape[1]]))[0] == ["the", "cat", "sat"]
+
+
+def test_batch_with_padding(letter_graph):
+    tok = LetterTok()
+    texts = ["the cat sat on the mat", "a dog", "the tall cat"]
+    seqs = [frame_logprobs(spell_frames(tok.encode(t), frames_per_token=2), tok.vocab_size) for t in texts]
+    T = max(len(s) for s in seqs)
+    lp = torch.randn(len(seqs), T, tok.vocab_size).log_softmax(-1)  # junk padding
+    for b, s in enumerate(seqs):
+        lp[b, : len(s)] = s
+    lengths = torch.tensor([len(s) for s in seqs])
+    dec = WfstDecoder(letter_graph, beam=10.0, max_active=200)
+    assert dec.decode(lp, lengths) == [t.split() for t in texts]
+    with pytest.raises(ValueError, match=r"\[T, 29\]"):
+        dec.decode(lp[:, :, :20], lengths)
+
+
+def test_graph_cache_and_atomicity(arpa, tmp_path):
+    tok = LetterTok()
+    out = tmp_path / "g"
+    build_tlg(tok, ["the", "cat", "sat", "x-ray"], arpa, out)
+    meta = json.loads((out / "graph.json").read_text())
+    assert meta["num_words"] == 3 and meta["skipped_words"] == 1  # "x-ray" cannot be spelled
+    stamp = (out / "TLG.fst").stat().st_mtime_ns
+    build_tlg(tok, ["x-ray", "sat", "cat", "the", "cat"], arpa, out)  # same inputs: reused
+    assert (out / "TLG.fst").stat().st_mtime_ns == stamp
+    assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+    build_tlg(tok, ["the", "cat", "sat", "on"], arpa, out)  # new inputs: rebuilt
+    assert json.loads((out / "graph.json").read_text())["num_words"] == 4
+    (out / "graph.json").unlink()  # an interrupted build is not a graph
+    with pytest.raises(FileNotFoundError, match="asrkit lm graph"):
+        WfstDecoder(out)
+
+
+def test_sentencepiece_lexicon(arpa, tmp_path):
+    tok = PieceTok(PIECES)
+    lex, bad = make_lexicon(tok, ["the", "cat", "kat", "at", "ball", "zzz"])
+    assert bad == ["at", "zzz"] and lex["cat"] == tok.encode("cat")  # no piece spells "▁at"
+    graph = build_tlg(tok, None, arpa, tmp_path / "sp")
+    k, c = tok.ids["\u2581k"], tok.ids["\u2581c"]
+    assert _decode(graph, tok, "the kat sat", {k: {k: 0.5, c: 0.4}})[0] == ["the", "cat", "sat"]
+    assert _decode(graph, tok, "a kat is a name")[0] == ["a", "kat", "is", "a", "name"]
+
+
+def test_disambiguation_symbols():
+    lex = {"a": [1], "at": [1, 2], "b": [3], "bee": [3], "c": [4]}
+    d, top = add_disambig(lex)
+    assert d == {"a": 1, "at": 0, "b": 1, "bee": 2, "c": 0} and top == 2
+
+
+def test_cli_graph(arpa, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(lm_cli, "load_tokenizer", lambda path: LetterTok())
+    words = tmp_path / "words.txt"
+    words.write_text("the 1\ncat 2\nsat 3\n")
+    out = tmp_path / "graph"
+    argv = ["graph", "--tokens", "unused", "--arpa", str(arpa), "--words", str(words), "--out", str(out)]
+    assert lm_cli.main(argv) == 0
+    assert "3 words" in capsys.readouterr().out
+    assert _decode(out, LetterTok(), "the cat sat")[0] == ["the", "cat", "sat"]
