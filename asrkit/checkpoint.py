@@ -1,16 +1,28 @@
 """Checkpoints that survive crashes: atomic writes, rotation, and discovery of the newest
 *complete* checkpoint.
 
-A checkpoint is one ``torch.save`` file written to a temporary name, fsynced and renamed, so a
-killed process or a full disk never leaves a half-written file under a checkpoint name, and the
-previous checkpoint is untouched until the new one is complete. ``index.json`` (also atomic)
-lists checkpoints with their step, epoch and dev WER, for ``asrkit average``.
+A checkpoint is one ``torch.save`` file written to a temporary name in the same directory,
+fsynced and renamed over ``checkpoints/<name>.pt`` (then the directory is fsynced), so a killed
+process or a full disk never leaves a half-written file under a checkpoint name, and the previous
+checkpoint is untouched until the new one is complete. If writing fails (``ENOSPC``...), the
+temporary file is removed and the error is raised; nothing else is changed.
+
+``index.json`` (written atomically after the checkpoint) lists checkpoints with their training
+progress (``step``, ``epoch``, ``batch_in_epoch``) and, for epoch checkpoints, the dev WER, for
+``asrkit average`` and ``--checkpoint best``. Old checkpoints are deleted only after the new one
+and the index are on disk. A checkpoint file that the index does not know (a crash between the
+rename and the index write) is still found: its progress is read from the file itself.
+
+Names: ``step-<8 digits>.pt`` (every ``train.ckpt_every_steps`` steps, and at the end) and
+``epoch-<4 digits>.pt`` (end of each epoch; the number is the epoch just completed).
+``averaged.pt`` (``asrkit average``) is never a resume candidate.
 """
 from __future__ import annotations
 
 import json
 import logging
 import re
+import time
 from pathlib import Path
 from typing import Any, Optional
 
@@ -27,56 +39,123 @@ def checkpoint_dir(exp_dir: Path | str) -> Path:
     return Path(exp_dir) / "checkpoints"
 
 
+def progress_of(state: dict) -> list:
+    """Training progress of a checkpoint state: ``[step, epoch, batch_in_epoch]`` (orders checkpoints)."""
+    return [int(state.get("step") or 0), int(state.get("epoch") or 0), int(state.get("batch_in_epoch") or 0)]
+
+
 def save_checkpoint(exp_dir: Path | str, name: str, state: dict, keep_last: int = 3, info: Optional[dict] = None) -> Path:
-    """Write ``checkpoints/<name>.pt`` atomically, then drop old ``step-*`` checkpoints beyond
-    ``keep_last`` (epoch checkpoints are kept for averaging, also up to ``keep_last`` + the best)."""
+    """Write ``checkpoints/<name>.pt`` atomically, record it in ``index.json``, then delete old
+    checkpoints: of the ``step-*`` ones all but the last ``keep_last``; of the ``epoch-*`` ones all
+    but the last ``keep_last`` and the ``keep_last`` best by dev WER. ``keep_last <= 0`` keeps everything.
+
+    Raises ``OSError`` if the checkpoint cannot be written; the previous checkpoints are intact."""
+    if not _NAME.match(f"{name}.pt"):
+        raise ValueError(f"checkpoint name {name!r} is not step-<N> or epoch-<N>")
     d = checkpoint_dir(exp_dir)
+    d.mkdir(parents=True, exist_ok=True)
     path = d / f"{name}.pt"
     with atomic_path(path) as tmp:
         torch.save(state, tmp)
-    index = read_index(exp_dir)
-    index[path.name] = {"step": state.get("step"), "epoch": state.get("epoch"), **(info or {})}
-    _rotate(d, index, keep_last)
+    index = _full_index(d, skip=path.name)
+    entry = {"step": state.get("step"), "epoch": state.get("epoch"), "batch_in_epoch": state.get("batch_in_epoch"),
+             "progress": progress_of(state), "time": round(time.time(), 3)}
+    entry.update(info or {})
+    index[path.name] = entry
+    drop = _to_rotate(index, keep_last)
+    for n in drop:
+        index.pop(n, None)
     with atomic_write(d / "index.json") as f:
         json.dump(index, f, indent=1, sort_keys=True)
-    logger.info("saved checkpoint %s", path)
+    for n in drop:  # only once the new checkpoint and the index are safely on disk
+        (d / n).unlink(missing_ok=True)
+    logger.info("saved checkpoint %s%s", path, f" (removed {', '.join(drop)})" if drop else "")
     return path
 
 
-def _rotate(d: Path, index: dict, keep_last: int) -> None:
+def _num(name: str) -> int:
+    return int(_NAME.match(name).group(2))
+
+
+def _to_rotate(index: dict, keep_last: int) -> list[str]:
     if keep_last <= 0:
-        return
+        return []
+    drop = []
     for kind in ("step", "epoch"):
-        names = sorted((n for n in index if n.startswith(kind + "-")), key=lambda n: int(_NAME.match(n).group(2)))
+        names = sorted((n for n in index if n.startswith(kind + "-") and _NAME.match(n)), key=_num)
         keep = set(names[-keep_last:])
-        if kind == "epoch":  # also keep the best by dev WER
+        if kind == "epoch":  # also keep the keep_last best by dev WER (for `asrkit average --by best`)
             scored = [n for n in names if index[n].get("dev_wer") is not None]
-            if scored:
-                keep.add(min(scored, key=lambda n: index[n]["dev_wer"]))
-        for n in names:
-            if n not in keep:
-                (d / n).unlink(missing_ok=True)
-                index.pop(n, None)
+            keep.update(sorted(scored, key=lambda n: (index[n]["dev_wer"], -_num(n)))[:keep_last])
+        drop += [n for n in names if n not in keep]
+    return drop
 
 
 def read_index(exp_dir: Path | str) -> dict:
+    """``index.json`` as a dict (empty if missing or corrupt)."""
     p = checkpoint_dir(exp_dir) / "index.json"
     if not p.is_file():
         return {}
     try:
-        return json.loads(p.read_text())
-    except json.JSONDecodeError:
-        logger.warning("checkpoint index %s is corrupt; rebuilding from file names", p)
+        data = json.loads(p.read_text())
+        return data if isinstance(data, dict) else {}
+    except (json.JSONDecodeError, OSError, UnicodeDecodeError):
+        logger.warning("checkpoint index %s is corrupt; using the checkpoint files themselves", p)
         return {}
 
 
+def _full_index(d: Path, skip: str = "") -> dict:
+    """The index, restricted to files that exist, plus entries for checkpoint files it lacks
+    (except ``skip``, the checkpoint being added)."""
+    index = {n: v for n, v in read_index(d.parent).items() if _NAME.match(n) and (d / n).is_file()}
+    for p in d.iterdir() if d.is_dir() else []:
+        if _NAME.match(p.name) and p.name not in index and p.name != skip:
+            prog = _read_progress(p)
+            if prog is not None:
+                index[p.name] = {"step": prog[0], "epoch": prog[1], "batch_in_epoch": prog[2], "progress": prog}
+    return index
+
+
+def _read_progress(p: Path) -> Optional[list]:
+    try:
+        st = torch.load(p, map_location="cpu", weights_only=False, mmap=True)
+        return progress_of(st)
+    except Exception as e:  # truncated / corrupt / not a zip file
+        logger.warning("checkpoint %s is unreadable (%s)", p, e)
+        return None
+
+
 def list_checkpoints(exp_dir: Path | str) -> list[Path]:
-    """All ``step-*``/``epoch-*`` checkpoints, oldest first by (step, file time)."""
+    """All ``step-*``/``epoch-*`` checkpoints, oldest first by training progress
+    (``step, epoch, batch_in_epoch``; an unreadable file counts as the oldest)."""
     d = checkpoint_dir(exp_dir)
     if not d.is_dir():
         return []
-    found = [p for p in d.iterdir() if _NAME.match(p.name)]
-    return sorted(found, key=lambda p: (p.stat().st_mtime_ns, p.name))
+    index = read_index(exp_dir)
+    keyed = []
+    for p in d.iterdir():
+        if not _NAME.match(p.name):
+            continue
+        prog = (index.get(p.name) or {}).get("progress")
+        if not (isinstance(prog, list) and len(prog) == 3):
+            prog = _read_progress(p) or [-1, -1, -1]
+        # same progress: an epoch checkpoint (validated) is newer than a step checkpoint
+        keyed.append((tuple(prog), p.name.startswith("epoch-"), p.name, p))
+    return [k[-1] for k in sorted(keyed)]
+
+
+def remove_stale_temporaries(exp_dir: Path | str) -> list[str]:
+    """Delete temporary files a killed save left in ``checkpoints/`` (call only when no process is
+    writing there, i.e. before training starts); returns their names."""
+    d = checkpoint_dir(exp_dir)
+    gone = []
+    for p in d.iterdir() if d.is_dir() else []:
+        if p.name.startswith(".") and ".tmp" in p.name and p.is_file():
+            p.unlink(missing_ok=True)
+            gone.append(p.name)
+    if gone:
+        logger.info("removed %d temporary file(s) of an interrupted checkpoint save: %s", len(gone), ", ".join(gone))
+    return gone
 
 
 def load_latest(exp_dir: Path | str, map_location: Any = "cpu") -> tuple[Optional[dict], Optional[Path]]:

@@ -25,7 +25,9 @@ class ResumableSampler:
 
     Sampler iteration is deterministic given its seed and epoch, so skipping the batches an
     interrupted run already trained on resumes mid-epoch exactly, whatever the DataLoader
-    prefetched. Skipping reads only cut metadata, never audio.
+    prefetched. Skipping reads only cut metadata, never audio. Only ``next()`` is called on the
+    sampler's iterator: Lhotse samplers return themselves from ``iter()`` and restart the epoch on
+    every call.
     """
 
     def __init__(self, sampler, skip: int = 0):
@@ -37,6 +39,14 @@ class ResumableSampler:
     def __iter__(self) -> Iterator:
         it = iter(self.sampler)
         for _ in range(self.skip):
-            next(it, None)
+            if next(it, None) is None:
+                return
         self.skip = 0
-        yield from it
+        # next() only: `yield from it` would call iter(it) again, and Lhotse samplers restart
+        # their epoch on every iter()
+        while True:
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+            yield batch

@@ -38,13 +38,14 @@ class AsrModel(nn.Module):
         enc = self.encode(batch["feats"], batch["feat_lens"], batch["times"])
         targets, target_lens = batch["targets"], batch["target_lens"]
         B = target_lens.shape[0]
-        ctc = F.ctc_loss(enc.log_probs.transpose(0, 1), targets, enc.lengths, target_lens,
-                         blank=0, reduction="sum", zero_infinity=False) / B
-        out = {"ctc_loss": ctc, "n_utts": B}
-        if self.decoder is not None:
-            att = self.decoder.loss(enc, batch)
-            out["att_loss"] = att
-            out["loss"] = self.ctc_weight * ctc + (1 - self.ctc_weight) * att
-        else:
-            out["loss"] = ctc
+        out: dict = {"n_utts": B}
+        if self.ctc_weight > 0:  # a pure seq2seq model (ctc_weight 0) never computes CTC (it may be inf)
+            out["ctc_loss"] = F.ctc_loss(enc.log_probs.transpose(0, 1), targets, enc.lengths, target_lens,
+                                         blank=0, reduction="sum", zero_infinity=False) / B
+        if self.decoder is None:
+            out["loss"] = out["ctc_loss"]
+            return out
+        out["att_loss"] = self.decoder.loss(enc, batch)
+        out["loss"] = out["att_loss"] if self.ctc_weight == 0 else (
+            self.ctc_weight * out["ctc_loss"] + (1 - self.ctc_weight) * out["att_loss"])
         return out

@@ -86,10 +86,11 @@ fi
 train_sets_yaml="[$(echo $train_sets | sed 's/ /, /g')]"
 if run_stage 4 "$expdir/.done" "train -> $expdir"; then
     mkdir -p "$expdir"
-    launcher=(asrkit)
-    if [ "$ngpu" -gt 1 ] || [ "$num_nodes" -gt 1 ]; then
-        launcher=(${train_cmd:-torchrun --standalone --nproc_per_node "$ngpu"} -m asrkit)
-    fi
+    # backend (cmd.sh): local = this machine (torchrun --nproc_per_node $ngpu when > 1);
+    # slurm = srun + torchrun on $num_nodes nodes (conf/slurm.conf). Rerunning resumes.
+    . "$(dirname "${BASH_SOURCE[0]}")/cmd_backends.sh"
+    train_launcher "$ngpu" "$num_nodes" || exit 2
+    log "launcher: ${launcher[*]}"
     # shellcheck disable=SC2086
     "${launcher[@]}" train --config "$train_config" --exp-dir "$expdir" \
         data.corpus="$corpus" data.manifest_dir="$manifest_dir" data.train_sets="$train_sets_yaml" \
