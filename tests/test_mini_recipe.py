@@ -1,0 +1,92 @@
+"""The mini recipe end to end with a tiny config (every stage), and the recipe's option parsing."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MINI = ROOT / "egs" / "mini" / "asr1"
+
+
+def _env():
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
+    env["ASRKIT_VENV"] = str(Path(sys.executable).parents[1])
+    env["OMP_NUM_THREADS"] = "1"
+    return env
+
+
+def _run(d: Path, *args, check=True):
+    p = subprocess.run(["bash", "run.sh", *args], cwd=d, env=_env(), capture_output=True, text=True, timeout=900)
+    if check and p.returncode != 0:
+        raise AssertionError(f"run.sh {' '.join(args)} failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-5000:]}")
+    return p
+
+
+@pytest.fixture(scope="module")
+def recipe(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("egs")
+    d = tmp / "mini" / "asr1"
+    d.parent.mkdir(parents=True)
+    shutil.copytree(MINI, d, ignore=shutil.ignore_patterns("data", "exp"))
+    (tmp / "TEMPLATE").symlink_to(ROOT / "egs" / "TEMPLATE")
+    return d
+
+
+def _path_sh(d: Path):
+    # point path.sh at the real checkout (the copy lives outside it)
+    (d / "path.sh").write_text(f'ASRKIT_ROOT={ROOT}\n"$ASRKIT_ROOT/tools/setup.sh" >&2\n'
+                               f'export PATH="${{ASRKIT_VENV:-$ASRKIT_ROOT/.venv}}/bin:$PATH"\n')
+
+
+SMOKE = ["--token_type", "letters", "--train_config", "conf/train_smoke.yaml",
+         "--prepare_args", "--train-hours 0.03 --dev-minutes 0.5 --test-minutes 0.5 --longform-minutes 1"]
+
+
+@pytest.mark.slow
+def test_all_stages_then_skip(recipe):
+    _path_sh(recipe)
+    _run(recipe, *SMOKE)
+    exp = recipe / "exp" / "train_smoke"
+    for s in ("test", "test-longform"):
+        wer = json.loads((exp / f"decode_{s}" / "wer.json").read_text())
+        assert wer["overall"]["snt"] > 0 and [b["label"] for b in wer["bins"]] == ["<10s", "10-15s", "15-20s", ">=20s"]
+        assert (exp / f"decode_{s}" / "result.txt").is_file()
+    assert "WER per test set and duration bin" in (exp / "RESULTS.md").read_text()
+    info = json.loads((exp / "train_info.json").read_text())
+    assert info["steps"] > 0 and info["audio_sec_per_sec"] > 0
+    for n in range(1, 7):
+        marker = (recipe / "data" / ".done" / f"stage{n}.done") if n <= 3 else (exp / ".done" / f"stage{n}.done")
+        assert marker.is_file(), marker
+    # rerun: every stage is skipped
+    p = _run(recipe, *SMOKE)
+    assert p.stdout.count("skipping") == 6, p.stdout
+    # a range reruns only what is asked (forced)
+    p = _run(recipe, *SMOKE, "--stage", "6", "--stop_stage", "6", "--force", "true")
+    assert "stage 6: score and report" in p.stdout and "stage 5" not in p.stdout
+
+
+def test_unknown_option_fails(recipe):
+    _path_sh(recipe)
+    p = _run(recipe, "--stgae", "3", check=False)
+    assert p.returncode == 2 and "unknown option --stgae" in p.stderr
+    p = _run(recipe, "--stage", check=False)
+    assert p.returncode == 2 and "needs a value" in p.stderr
+
+
+def test_parse_options_both_spellings(tmp_path):
+    script = tmp_path / "s.sh"
+    script.write_text(
+        "foo_bar=1\nbaz=x\n"
+        f". {ROOT}/egs/TEMPLATE/asr1/utils/parse_options.sh\n"
+        'echo "$foo_bar $baz $*"\n')
+    out = subprocess.run(["bash", str(script), "--foo-bar", "2", "--baz=y z", "rest"], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "2 y z rest"
+    out = subprocess.run(["bash", str(script), "--foo_bar", "3"], capture_output=True, text=True)
+    assert out.stdout.strip() == "3 x"
+    out = subprocess.run(["bash", str(script), "--qux", "3"], capture_output=True, text=True)
+    assert out.returncode == 2 and "unknown option --qux" in out.stderr
