@@ -78,9 +78,10 @@ def main(argv: list[str] | None = None) -> int:
                 kept.to_file(tmp)
         print(f"{args.corpus}/{part}: {len(cuts) - len(bad)} utterances with readable audio, {len(bad)} dropped")
     if args.longform:
-        from asrkit.data.longform import build_longform
+        from asrkit.data.longform import build as build_longform
 
         windows = [float(w) for w in args.windows.split(",")]
         for part in args.longform:
-            build_longform(args.corpus, args.manifest_dir, part, windows)
+            for w, path in build_longform(args.manifest_dir, args.corpus, part, windows).items():
+                print(f"{args.corpus}/{part}: long-form {w:g} s windows -> {path}")
     return 0

@@ -3,12 +3,26 @@
 Every corpus module provides ``prepare(corpus_dir, out_dir, parts, num_jobs) -> dict[part, CutSet]``
 and writes ``<corpus>_{recordings,supervisions,cuts}_<part>.jsonl.gz`` atomically into ``out_dir``.
 Corpora are registered in :data:`CORPORA` and imported lazily.
+
+Corpus-specific options of the CLI (an option given for another corpus is an error):
+
+* WSJ: ``--flac-dir DIR`` (decode the ``.wv1`` files once and cache them there as FLAC; the
+  recordings point at the FLAC files), ``--skip-bad-audio`` (drop missing/corrupt audio with a
+  warning instead of failing), ``--keep-train-punctuation`` (keep verbalized punctuation in the
+  training parts' transcripts; the default removes it, as the CAPE paper does for si284),
+  ``--no-verify-audio`` (read only the headers), ``--lm-text`` (also write the LM text).
+* TED-LIUM 2/3: ``--pad-segments`` (widen training segments by 0.15 s / 0.1 s as Kaldi's recipe
+  does), ``--keep-unk`` (keep ``<unk>`` in the transcripts).
+
+Errors about the corpus on disk (a missing or corrupt file, a missing disc, an unknown part)
+are printed as one ``asrkit prepare: error: ...`` line naming the file, and the exit code is 1.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
 import logging
+import sys
 from pathlib import Path
 from typing import Callable
 
@@ -31,6 +45,33 @@ def get_preparer(corpus: str) -> Callable:
     return getattr(importlib.import_module(module), func)
 
 
+#: CLI option (argparse dest) -> the corpora it applies to
+_CORPUS_OPTIONS: dict[str, tuple[str, ...]] = {
+    "seed": ("mini",),
+    "train_hours": ("mini",),
+    "dev_minutes": ("mini",),
+    "test_minutes": ("mini",),
+    "longform_minutes": ("mini",),
+    "flac_dir": ("wsj",),
+    "skip_bad_audio": ("wsj",),
+    "keep_train_punctuation": ("wsj",),
+    "no_verify_audio": ("wsj",),
+    "lm_text": ("wsj",),
+    "pad_segments": ("tedlium2", "tedlium3"),
+    "keep_unk": ("tedlium2", "tedlium3"),
+}
+
+
+def _data_errors() -> tuple[type[BaseException], ...]:
+    """Exception types that mean "the corpus on disk is incomplete or corrupt" (not a bug)."""
+    from asrkit.data.audio import AudioError
+    from asrkit.data.sphere import SphereError
+    from asrkit.data.tedlium import TedliumError
+    from asrkit.data.wsj import WsjError
+
+    return (FileNotFoundError, NotADirectoryError, WsjError, TedliumError, AudioError, SphereError, ValueError)
+
+
 def main(argv: list[str] | None = None) -> int:
     from asrkit.utils import setup_logging
 
@@ -46,14 +87,37 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--dev-minutes", type=float, default=15.0)
     g.add_argument("--test-minutes", type=float, default=15.0)
     g.add_argument("--longform-minutes", type=float, default=15.0)
+    g = p.add_argument_group("wsj only")
+    g.add_argument("--flac-dir", type=Path, default=None, help="cache the decoded .wv1 audio here as FLAC")
+    g.add_argument("--skip-bad-audio", action="store_true", help="drop missing/corrupt audio files (warned) instead of failing")
+    g.add_argument("--keep-train-punctuation", action="store_true", help="keep verbalized punctuation in training transcripts")
+    g.add_argument("--no-verify-audio", action="store_true", help="read only the SPHERE headers, do not decode every file")
+    g.add_argument("--lm-text", action="store_true", help="also write wsj_lm_text.txt.gz (normalized LM training text)")
+    g = p.add_argument_group("tedlium2 / tedlium3 only")
+    g.add_argument("--pad-segments", action="store_true", help="widen training segments by 0.15 s / 0.1 s (Kaldi)")
+    g.add_argument("--keep-unk", action="store_true", help="keep <unk> in the transcripts")
     args = p.parse_args(argv)
+    for dest, corpora in _CORPUS_OPTIONS.items():
+        if getattr(args, dest) != p.get_default(dest) and args.corpus not in corpora:
+            p.error(f"--{dest.replace('_', '-')} applies to {' and '.join(corpora)} only, not {args.corpus}")
     setup_logging()
     prep = get_preparer(args.corpus)
     kwargs = dict(corpus_dir=args.corpus_dir, out_dir=args.out, parts=args.parts, num_jobs=args.num_jobs)
     if args.corpus == "mini":
         kwargs.update(seed=args.seed, train_hours=args.train_hours, dev_minutes=args.dev_minutes,
                       test_minutes=args.test_minutes, longform_minutes=args.longform_minutes)
-    cuts = prep(**kwargs)
+    elif args.corpus == "wsj":
+        kwargs.update(flac_dir=args.flac_dir, skip_bad_audio=args.skip_bad_audio,
+                      remove_train_punctuation=not args.keep_train_punctuation,
+                      verify_audio=not args.no_verify_audio, lm_text=args.lm_text)
+    elif args.corpus.startswith("tedlium"):
+        kwargs.update(pad_segments=args.pad_segments, keep_unk=args.keep_unk)
+    try:
+        cuts = prep(**kwargs)
+    except _data_errors() as e:  # the corpus on disk is at fault: one line naming the file
+        logger.debug("asrkit prepare failed", exc_info=True)
+        print(f"asrkit prepare: error: {args.corpus}: {e}", file=sys.stderr)
+        return 1
     for part, cs in cuts.items():
         print(f"{args.corpus} {part}: {len(cs)} utterances, {sum(c.duration for c in cs) / 3600:.2f} h")
     return 0

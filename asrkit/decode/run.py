@@ -81,8 +81,8 @@ class Decoder:
         raise ConfigError(f"decode.method={d.method!r} is not supported")
 
 
-def decode_set(model, cfg, tok, cuts, out_dir: Path, set_name: str, hop: float) -> dict:
-    from lhotse.dataset import SimpleCutSampler
+def _decode_cuts(model, cfg, tok, cut_list: list, hop: float, desc: str, position: int = 0) -> tuple[list[dict], float]:
+    """Decode cuts in order; returns (results, model seconds)."""
     from tqdm import tqdm
 
     from asrkit.data.dataset import AsrDataset, collate
@@ -90,9 +90,8 @@ def decode_set(model, cfg, tok, cuts, out_dir: Path, set_name: str, hop: float) 
     ds = AsrDataset(tok, cfg.features, None, on_bad_audio="raise")
     decoder = Decoder(model, cfg, tok)
     bs = cfg.decode.batch_size
-    results, audio_s, t_model, t0 = [], 0.0, 0.0, time.time()
-    cut_list = list(cuts)
-    for i in tqdm(range(0, len(cut_list), bs), desc=f"decode {set_name}", dynamic_ncols=True):
+    results, t_model = [], 0.0
+    for i in tqdm(range(0, len(cut_list), bs), desc=desc, dynamic_ncols=True, position=position):
         chunk = cut_list[i:i + bs]
         batch = collate([ds.utterance(c, hop=hop) for c in chunk])
         tm = time.time()
@@ -100,19 +99,52 @@ def decode_set(model, cfg, tok, cuts, out_dir: Path, set_name: str, hop: float) 
         t_model += time.time() - tm
         for c, u_text, hyp in zip(chunk, batch["texts"], hyps):
             r = {"id": c.id, "ref": u_text, "hyp": hyp, "duration": c.duration}
-            if c.custom and "window" in c.custom:
-                r["window"] = c.custom["window"]
+            window = getattr(c, "window", None)  # long-form window size (Lhotse custom field)
+            if window is not None:
+                r["window"] = window
             results.append(r)
-            audio_s += c.duration
+    return results, t_model
+
+
+def _worker(args) -> tuple[list[dict], float]:
+    exp_dir, checkpoint, cfg_dict, shard, hop, job, threads = args
+    torch.set_num_threads(threads)
+    model, _, tok = load_model(exp_dir, checkpoint)
+    cfg = config_from_dict(cfg_dict)
+    return _decode_cuts(model, cfg, tok, shard, hop, f"decode job {job}", position=job)
+
+
+def decode_set(model, cfg, tok, cuts, out_dir: Path, set_name: str, hop: float, nj: int = 1,
+               exp_dir: Path | None = None, checkpoint: str = "last") -> dict:
+    """Decode one set into ``out_dir`` (hyp.jsonl + decode_info.json). With ``nj > 1`` the set is split
+    into ``nj`` contiguous shards decoded by as many processes (each loads the model, with
+    cores / nj threads); results keep the manifest order. The RTF is wall time / audio time."""
+    cut_list = list(cuts)
+    t0 = time.time()
+    if nj <= 1 or len(cut_list) < 2:
+        results, t_model = _decode_cuts(model, cfg, tok, cut_list, hop, f"decode {set_name}")
+    else:
+        import multiprocessing as mp
+
+        nj = min(nj, len(cut_list))
+        threads = max(1, torch.get_num_threads() // nj)
+        k = -(-len(cut_list) // nj)
+        shards = [cut_list[i * k:(i + 1) * k] for i in range(nj)]
+        jobs = [(exp_dir, checkpoint, to_dict(cfg), sh, hop, j, threads) for j, sh in enumerate(shards) if sh]
+        with mp.get_context("spawn").Pool(len(jobs)) as pool:
+            parts = pool.map(_worker, jobs)
+        results = [r for part, _ in parts for r in part]
+        t_model = sum(t for _, t in parts)
     wall = time.time() - t0
+    audio_s = sum(r["duration"] for r in results)
     out_dir.mkdir(parents=True, exist_ok=True)
     with atomic_write(out_dir / "hyp.jsonl") as f:
         for r in results:
             f.write(json.dumps(r) + "\n")
     info = {"set": set_name, "decoder": cfg.decode.method, "beam": cfg.decode.beam, "hop": hop,
-            "batch_size": bs, "utterances": len(results), "audio_seconds": audio_s, "wall_seconds": wall,
-            "rtf": wall / max(audio_s, 1e-9), "model_rtf": t_model / max(audio_s, 1e-9),
-            "threads": torch.get_num_threads()}
+            "batch_size": cfg.decode.batch_size, "nj": nj, "utterances": len(results), "audio_seconds": audio_s,
+            "wall_seconds": wall, "rtf": wall / max(audio_s, 1e-9), "model_rtf": t_model / max(audio_s, 1e-9),
+            "threads": torch.get_num_threads(), "lm": cfg.decode.lm or None}
     with atomic_write(out_dir / "decode_info.json") as f:
         json.dump(info, f, indent=1)
     return info
@@ -128,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--suffix", default="", help="decode dir suffix (decode_<set>_<suffix>)")
     p.add_argument("--norm", default=None, help="scoring normalizer (default: the corpus name if known, else none)")
     p.add_argument("--no-score", action="store_true")
+    p.add_argument("--nj", type=int, default=1, help="decoding processes (each gets cores / nj threads)")
     p.add_argument("overrides", nargs="*", help="decode.* overrides, e.g. decode.method=prefix_beam decode.beam=8")
     args = p.parse_args(argv)
     setup_logging()
@@ -154,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     for s in args.sets:
         cuts = load_cuts(cfg.data.manifest_dir, cfg.data.corpus, s)
         name = f"decode_{s}" + (f"_{args.suffix}" if args.suffix else "")
-        info = decode_set(model, cfg, tok, cuts, args.exp_dir / name, s, hop)
+        info = decode_set(model, cfg, tok, cuts, args.exp_dir / name, s, hop, nj=args.nj,
+                          exp_dir=args.exp_dir, checkpoint=args.checkpoint)
         logger.info("%s: %d utterances, RTF %.4f", s, info["utterances"], info["rtf"])
         if not args.no_score:
             score_dir(args.exp_dir / name, bins=cfg.decode.bins, normalizer=norm)

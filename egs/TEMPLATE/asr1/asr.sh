@@ -3,9 +3,10 @@
 # Stages (each calls one asrkit command; a finished stage leaves a .done marker and is skipped):
 #   1 data       corpus on disk (or synthesized, for mini) -> Lhotse manifests
 #   2 manifests  check every utterance's audio; build long-form windows
-#   3 tokens     train the tokenizer (letters / sentencepiece)
+#   3 tokens     train the tokenizer (letters / sentencepiece); with --lm_order N also a word
+#                n-gram LM on the training text (+ --lm_text files) and its TLG decoding graph
 #   4 train      train the model (resumes automatically after a crash)
-#   5 decode     decode the test sets
+#   5 decode     decode the test sets (with --average_num N: first average N checkpoints)
 #   6 score      score them and write RESULTS.md
 # Usage: asr.sh [--stage N] [--stop_stage M] [--option value ...]
 set -euo pipefail
@@ -29,12 +30,16 @@ expdir=
 tag=               # experiment name (default: config file name)
 decode_args=       # decode.* overrides
 checkpoint=last    # last | best | avg
+average_num=0      # >0: average the last/best N epoch checkpoints before decoding (needs train.keep_last >= N)
+average_by=best    # last | best (dev WER)
+lm_order=0         # >0: train a word n-gram LM of this order in stage 3 (and a TLG graph)
+lm_text=           # extra LM training text files (e.g. WSJ's LM corpus)
 ngpu=0             # >1: torchrun --nproc_per_node ngpu
 num_nodes=1        # >1: multi-node through cmd.sh's backend
 nj=2
 force=false        # true: rerun stages even if their .done marker exists
 
-__asrkit_opts="stage stop_stage corpus corpus_dir train_sets dev_set test_sets longform_sets prepare_args manifest_dir token_type nbpe train_config train_args expdir tag decode_args checkpoint ngpu num_nodes nj force"
+__asrkit_opts="stage stop_stage corpus corpus_dir train_sets dev_set test_sets longform_sets prepare_args manifest_dir token_type nbpe train_config train_args expdir tag decode_args checkpoint average_num average_by lm_order lm_text ngpu num_nodes nj force"
 . "$(dirname "${BASH_SOURCE[0]}")/utils/parse_options.sh"
 [ $# -eq 0 ] || { echo "$0: unexpected argument(s): $*" >&2; exit 2; }
 
@@ -80,6 +85,11 @@ if run_stage 3 $markers "tokens ($token_type)"; then
     cuts=""; for s in $train_sets; do cuts="$cuts $manifest_dir/${corpus}_cuts_${s}.jsonl.gz"; done
     # shellcheck disable=SC2086
     asrkit tokens --cuts $cuts --kind "$token_type" --vocab-size "$nbpe" --out "$token_file"
+    if [ "$lm_order" -gt 0 ]; then
+        # shellcheck disable=SC2086
+        asrkit lm train --text $cuts $lm_text --order "$lm_order" --out "data/lm/${lm_order}gram.arpa"
+        asrkit lm graph --tokens "$token_file" --arpa "data/lm/${lm_order}gram.arpa" --out "data/lm/graph_$(basename "${token_file%.json}")_${lm_order}gram"
+    fi
     finish_stage 3 $markers
 fi
 
@@ -107,8 +117,12 @@ for s in $longform_sets; do
 done
 
 if run_stage 5 "$expdir/.done" "decode"; then
+    if [ "$average_num" -gt 0 ]; then
+        asrkit average --exp-dir "$expdir" --num "$average_num" --by "$average_by"
+        checkpoint=avg
+    fi
     # shellcheck disable=SC2086
-    asrkit decode --exp-dir "$expdir" --sets $decode_sets --checkpoint "$checkpoint" --no-score $decode_args
+    asrkit decode --exp-dir "$expdir" --sets $decode_sets --checkpoint "$checkpoint" --nj "$nj" --no-score $decode_args
     finish_stage 5 "$expdir/.done"
 fi
 

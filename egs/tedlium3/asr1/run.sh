@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# TED-LIUM release 3, legacy split: the CAPE paper's TED-LIUM v3 acoustic model (section 5.2,
+# Figure 6; appendix C.1-C.2): CTC, letters, 36 x 768 post-LN Transformer, dropout / layer drop 0.1.
+# Train on the v3 training set, validate on dev, test on dev and test (the legacy dev/test of
+# releases 1-2, so numbers compare with earlier work), plus long-form windows (10..45 s) of dev
+# and test. Training segments padded as in Kaldi's recipe. Corpus location: db.sh. See README.md.
+#   ./run.sh                                       all stages (finished ones are skipped)
+#   ./run.sh --stage 1 --stop_stage 2              data preparation only
+#   ./run.sh --stage 4 --tag cape --train_args "encoder.pos_enc=cape encoder.pos.max_scale=2.0"
+# Every option of ../../TEMPLATE/asr1/asr.sh may be given (they override the ones set here).
+set -euo pipefail
+cd "$(dirname "$0")"
+. ./db.sh
+. ./path.sh
+[ -d "$TEDLIUM3" ] || echo "$0: note: TEDLIUM3=$TEDLIUM3 does not exist; stage 1 needs the corpus there (see db.sh)" >&2
+
+"$ASRKIT_ROOT/egs/TEMPLATE/asr1/asr.sh" \
+    --corpus tedlium3 --corpus_dir "$TEDLIUM3" \
+    --train_sets train --dev_set dev --test_sets "dev test" --longform_sets "dev test" \
+    --prepare_args "--pad-segments" \
+    --token_type letters \
+    --train_config conf/train.yaml \
+    "$@"
