@@ -20,7 +20,8 @@ VALIDATORS: list[Callable] = []
 def _transformer(cfg) -> nn.Module:
     from asrkit.model.transformer import TransformerEncoder
 
-    return TransformerEncoder(cfg.encoder, cfg.features.n_mels, cfg.frontend)
+    return TransformerEncoder(cfg.encoder, cfg.features.n_mels, cfg.frontend,
+                              frame_step=cfg.features.hop * cfg.frontend.stride)
 
 
 ENCODERS["transformer"] = _transformer
@@ -43,7 +44,8 @@ def validate_model_config(cfg) -> None:
     from asrkit.model.posenc import validate_pos_config
 
     _load_plugins()
-    validate_pos_config(cfg.encoder)
+    frame_step = cfg.features.hop * cfg.frontend.stride if cfg.encoder.type == "transformer" else None
+    validate_pos_config(cfg.encoder, frame_step)
     if cfg.encoder.type not in ENCODERS:
         raise ConfigError(f"config key 'encoder.type': {cfg.encoder.type!r} is not available; valid: {', '.join(ENCODERS)}")
     if cfg.decoder.type != "none" and cfg.decoder.type not in DECODERS:

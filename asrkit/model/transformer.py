@@ -46,11 +46,11 @@ class EncoderLayer(nn.Module):
 class TransformerEncoder(nn.Module):
     """features (B x T x F) -> hidden (B x T' x D), with output lengths, mask and frame times."""
 
-    def __init__(self, cfg, n_feats: int, frontend_cfg):
+    def __init__(self, cfg, n_feats: int, frontend_cfg, frame_step: float | None = None):
         super().__init__()
         d = cfg.d_model
         self.frontend = Conv1dGLU(n_feats, d, frontend_cfg.kernel, frontend_cfg.stride, frontend_cfg.dropout)
-        self.pos = build_pos_encoding(cfg)
+        self.pos = build_pos_encoding(cfg, frame_step=frame_step)
         d_in = self.pos.output_dim(d)
         self.proj = nn.Linear(d_in, d) if d_in != d else nn.Identity()
         self.layers = nn.ModuleList(
@@ -69,6 +69,10 @@ class TransformerEncoder(nn.Module):
 
     def forward(self, feats: Tensor, lengths: Tensor, times: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         x, lengths, times = self.frontend(feats, lengths, times)
+        return self.forward_frames(x, lengths, times)
+
+    def forward_frames(self, x: Tensor, lengths: Tensor, times: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Everything after the frontend: x B x T' x D frames, their lengths and times (seconds)."""
         mask = torch.arange(x.shape[1], device=x.device)[None, :] < lengths[:, None]
         state = self.pos.begin(x, times, mask)
         x = self.proj(self.pos.embed(x, state))

@@ -1,18 +1,44 @@
 """Positional encodings, one small module each, all behind :class:`PositionalEncoding`.
 
-``encoder.pos_enc`` (a name in :data:`POS_ENCODINGS`) picks one; ``encoder.pos`` holds its options.
+``encoder.pos_enc`` (a name in :data:`POS_ENCODINGS`) picks one; ``encoder.pos`` holds its options
+(the encoding's ``Options`` dataclass: unknown keys and bad values are config errors).
+
+=============== =========================================== ========== ==========================
+name            what                                        attention  hooks
+=============== =========================================== ========== ==========================
+nopos           nothing                                     any        -
+sinpos          sinusoid of frame time (s), added           any        embed
+abspos          learnable table, 13.8 s, wraps (t mod N)    any        embed
+relpos          Shaw key-term relative, every layer         softmax    begin, attn_bias
+relpos_first    the same, first layer only                  softmax    begin, attn_bias
+cape            sinpos + CAPE augmentation (train)          any        begin, embed
+shape           sinpos + SHAPE integer offset (train)       any        begin, embed
+cpe             PEG depthwise conv after layer 0            any        embed, after_layer
+spe_sine        gated sinusoidal SPE                        linear     begin, qk
+spe_conv        gated convolutional SPE                     linear     begin, qk
+concat_sin      sinusoid concatenated (Park & Sung)         any        embed, output_dim
+=============== =========================================== ========== ==========================
+
+Durations in options are seconds; ``frame_step`` converts them to encoder frames. The Transformer
+encoder sets it to ``features.hop x frontend.stride`` unless ``encoder.pos.frame_step`` is given.
 """
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 
+from asrkit.model.posenc.abspos import AbsPos
 from asrkit.model.posenc.base import NoPos, PositionalEncoding, PosState, SinPos, sinusoid
+from asrkit.model.posenc.cape import Cape, Shape
+from asrkit.model.posenc.concat import ConcatSin
+from asrkit.model.posenc.cpe import CPE
+from asrkit.model.posenc.relpos import RelPos, RelPosFirst
+from asrkit.model.posenc.spe import ConvSPE, SineSPE
 
 #: config value -> class. Every encoding registers here.
 POS_ENCODINGS: dict[str, type[PositionalEncoding]] = {
-    "nopos": NoPos,
-    "sinpos": SinPos,
+    cls.name: cls
+    for cls in (NoPos, SinPos, AbsPos, RelPos, RelPosFirst, Cape, Shape, CPE, SineSPE, ConvSPE, ConcatSin)
 }
 
 
@@ -21,24 +47,30 @@ def attention_family(attention: str) -> str:
     return "linear" if attention.startswith("linear") else "softmax"
 
 
-def pos_options(name: str, opts: dict) -> Any:
-    """Build the encoding's Options dataclass from the ``encoder.pos`` mapping (strict keys)."""
+def pos_options(name: str, opts: dict, frame_step: float | None = None) -> Any:
+    """Build the encoding's Options dataclass from the ``encoder.pos`` mapping (strict keys).
+
+    ``frame_step`` (seconds per encoder frame, i.e. ``features.hop x frontend.stride``) becomes the
+    default of an encoding's ``frame_step`` option unless ``encoder.pos`` sets it explicitly."""
     from asrkit.config import ConfigError, _from_dict
 
     if name not in POS_ENCODINGS:
         raise ConfigError(f"config key 'encoder.pos_enc': unknown encoding {name!r}; valid: {', '.join(POS_ENCODINGS)}")
     cls = POS_ENCODINGS[name].Options
+    opts = dict(opts or {})
+    if frame_step is not None and "frame_step" in {f.name for f in dataclasses.fields(cls)}:
+        opts.setdefault("frame_step", frame_step)
     try:
-        return _from_dict(cls, dict(opts or {}), "encoder.pos.")
+        return _from_dict(cls, opts, "encoder.pos.")
     except ConfigError as e:
         raise ConfigError(f"{e} (options of pos_enc={name!r})") from None
 
 
-def validate_pos_config(enc_cfg) -> None:
+def validate_pos_config(enc_cfg, frame_step: float | None = None) -> None:
     """Check ``encoder.pos_enc``, its options and its attention kind. Raises ConfigError."""
     from asrkit.config import ConfigError
 
-    opts = pos_options(enc_cfg.pos_enc, enc_cfg.pos)
+    opts = pos_options(enc_cfg.pos_enc, enc_cfg.pos, frame_step)
     cls = POS_ENCODINGS[enc_cfg.pos_enc]
     fam = attention_family(enc_cfg.attention)
     if fam not in cls.attention:
@@ -51,8 +83,8 @@ def validate_pos_config(enc_cfg) -> None:
         check(opts, enc_cfg)
 
 
-def build_pos_encoding(enc_cfg, d_model: int | None = None) -> PositionalEncoding:
-    opts = pos_options(enc_cfg.pos_enc, enc_cfg.pos)
+def build_pos_encoding(enc_cfg, d_model: int | None = None, frame_step: float | None = None) -> PositionalEncoding:
+    opts = pos_options(enc_cfg.pos_enc, enc_cfg.pos, frame_step)
     cls = POS_ENCODINGS[enc_cfg.pos_enc]
     return cls(d_model or enc_cfg.d_model, enc_cfg.n_heads, enc_cfg.n_layers, opts)
 
@@ -63,6 +95,15 @@ __all__ = [
     "PosState",
     "NoPos",
     "SinPos",
+    "AbsPos",
+    "RelPos",
+    "RelPosFirst",
+    "Cape",
+    "Shape",
+    "CPE",
+    "SineSPE",
+    "ConvSPE",
+    "ConcatSin",
     "sinusoid",
     "build_pos_encoding",
     "validate_pos_config",

@@ -1,0 +1,271 @@
+"""`asrkit bench <name>`: benchmarks. ``pos_enc``: cost of every positional encoding.
+
+    python -m asrkit.bench pos_enc [--quick] [--out bench.md]
+
+``pos_enc`` times forward + backward (training mode, so CAPE/SHAPE augmentation and SPE draws are
+included) of a 6-layer, 256-dim, 4-head, d_ff 1024 post-LN encoder on ``--threads`` CPU threads
+(default 2), fed frames directly (``TransformerEncoder.forward_frames``: the conv frontend is
+bypassed, so T is the number of frames *after* the frontend; full-length batch, no padding).
+Every encoding runs against ``nopos`` in the same run, and ``nopos`` against
+``torch.nn.TransformerEncoder`` of the same size (same dropout, post-LN, batch_first).
+SPE needs linear attention, so it is compared with ``nopos`` on the same linear attention and is
+also run at longer T to show memory growing linearly.
+
+Method. Time: for each T, one subprocess builds every row's model, runs a tiny warm-up step
+each (loads kernels), then ``--reps`` rounds in which every row runs one full step, and keeps each
+row's *fastest* step. Interleaving makes a change of load on a shared machine hit all rows
+alike; the minimum is the least disturbed estimate. Memory: each (row, T) runs in a fresh
+subprocess: build, tiny warm-up, read the resident set size (RSS, /proc/self/statm), one full
+step; peak memory is the process high-water mark ``ru_maxrss`` (getrusage) minus that RSS: the
+extra memory the forward + backward really touched (activations saved for backward, temporaries,
+gradients, allocator overhead). tracemalloc cannot see torch allocations and torch's CPU
+allocator keeps no peak statistic; a fresh process makes the high-water mark belong to that
+measurement alone. Large buffers are mmap-ed and returned to the OS when freed, so the
+high-water mark is close to the true peak.
+
+Workers run with ``OMP_WAIT_POLICY=PASSIVE`` (unless set): on a machine shared with other jobs,
+OpenMP threads that spin while waiting at barriers make small ops 10x slower whenever the other
+thread is descheduled, which measures the neighbours, not the model. The process CPU time of each
+step is recorded too; its ratios are printed in a second table (with passive waiting it counts
+work, not spinning).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+#: (label, pos_enc, attention[, extra config overrides]); "torch" = torch.nn.TransformerEncoder
+POS_ENC_ROWS: list[tuple] = [
+    ("torch.nn.TransformerEncoder", "torch", "softmax"),
+    ("nopos", "nopos", "softmax"),
+    ("sinpos", "sinpos", "softmax"),
+    ("abspos", "abspos", "softmax"),
+    ("relpos", "relpos", "softmax"),
+    ("relpos (6 s context)", "relpos", "softmax", ["encoder.pos.context_s=6.0"]),
+    ("relpos_first", "relpos_first", "softmax"),
+    ("cape", "cape", "softmax"),
+    ("shape", "shape", "softmax"),
+    ("cpe", "cpe", "softmax"),
+    ("concat_sin", "concat_sin", "softmax"),
+    ("nopos + linear_relu", "nopos", "linear_relu"),
+    ("spe_sine + linear_relu", "spe_sine", "linear_relu"),
+    ("spe_conv + linear_relu", "spe_conv", "linear_relu"),
+    ("nopos + linear_favor", "nopos", "linear_favor"),
+    ("spe_sine + linear_favor", "spe_sine", "linear_favor"),
+]
+
+D_MODEL, N_LAYERS, N_HEADS, D_FF, DROPOUT = 256, 6, 4, 1024, 0.1
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _build(pos_enc: str, attention: str, extra: list[str]):
+    import torch
+    from torch import nn
+
+    if pos_enc == "torch":
+        layer = nn.TransformerEncoderLayer(D_MODEL, N_HEADS, D_FF, DROPOUT, batch_first=True, norm_first=False)
+        layer.self_attn.dropout = 0.0  # as ours (encoder.attn_dropout=0): dropout after attention and in the FFN only
+        enc = nn.TransformerEncoder(layer, N_LAYERS, enable_nested_tensor=False)
+        return lambda x, lens, times: enc(x)
+    from asrkit.config import load_config
+    from asrkit.model.transformer import TransformerEncoder
+
+    cfg = load_config(None, [
+        f"encoder.pos_enc={pos_enc}", f"encoder.attention={attention}", f"encoder.d_model={D_MODEL}",
+        f"encoder.n_layers={N_LAYERS}", f"encoder.n_heads={N_HEADS}", f"encoder.d_ff={D_FF}",
+        f"encoder.dropout={DROPOUT}", "encoder.layer_drop=0.0", "encoder.attn_dropout=0.0", *extra,
+    ])
+    enc = TransformerEncoder(cfg.encoder, cfg.features.n_mels, cfg.frontend)
+    torch.manual_seed(0)
+    return lambda x, lens, times: enc.forward_frames(x, lens, times)[0]
+
+
+def _step_fn(fwd, B: int):
+    import torch
+
+    def step(t: int) -> tuple[float, float]:
+        x = torch.randn(B, t, D_MODEL, requires_grad=True)
+        lens = torch.full((B,), t, dtype=torch.long)
+        times = (torch.arange(t, dtype=torch.float32) * 0.03).expand(B, t)
+        t0, c0 = time.perf_counter(), time.process_time()
+        y = fwd(x, lens, times)
+        y.float().pow(2).mean().backward()
+        return time.perf_counter() - t0, time.process_time() - c0
+
+    return step
+
+
+def _pos_enc_time_worker(spec: dict) -> dict:
+    """Timing of all rows at one T, in one process, interleaved: round r runs every row once, so
+    a change of load on the machine hits all rows alike. Returns label -> fastest wall / CPU time."""
+    import torch
+
+    torch.set_num_threads(spec["threads"])
+    torch.manual_seed(0)
+    steps = {label: _step_fn(_build(pe, att, extra), spec["batch"]) for label, pe, att, extra in spec["rows"]}
+    for step in steps.values():
+        step(8)
+    wall: dict[str, list] = {k: [] for k in steps}
+    cpu: dict[str, list] = {k: [] for k in steps}
+    for _ in range(spec["reps"]):
+        for label, step in steps.items():
+            w, c = step(spec["T"])
+            wall[label].append(w)
+            cpu[label].append(c)
+    return {k: {"time_s": min(wall[k]), "cpu_s": min(cpu[k]), "all_s": wall[k]} for k in steps}
+
+
+def _pos_enc_mem_worker(spec: dict) -> dict:
+    """Peak memory of one row at one T (runs in its own process, see module doc)."""
+    import torch
+
+    torch.set_num_threads(spec["threads"])
+    torch.manual_seed(0)
+    step = _step_fn(_build(spec["pos_enc"], spec["attention"], spec.get("extra", [])), spec["batch"])
+    step(8)
+    rss0 = _rss_bytes()
+    wall, cpu = step(spec["T"])
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    return {"time_s": wall, "cpu_s": cpu, "peak_mb": max(0, peak - rss0) / 2**20}
+
+
+WORKERS = {"_pos_enc_time_worker": _pos_enc_time_worker, "_pos_enc_mem_worker": _pos_enc_mem_worker}
+
+
+def _run_worker(name: str, spec: dict, timeout: float) -> Optional[dict]:
+    cmd = [sys.executable, "-m", "asrkit.bench", name, json.dumps(spec)]
+    n = str(spec["threads"])
+    env = dict(os.environ, OMP_NUM_THREADS=n, MKL_NUM_THREADS=n, OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "PASSIVE"))
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        print(f"  [{name} T={spec['T']}] timed out after {timeout:.0f} s", file=sys.stderr)
+        return None
+    if p.returncode != 0:
+        print(f"  [{name} T={spec['T']}] failed:\n{p.stderr[-2000:]}", file=sys.stderr)
+        return None
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def _fmt_ratio(v: Optional[float], base: Optional[float]) -> str:
+    return f"{v / base:.2f}x" if v is not None and base else "-"
+
+
+def bench_pos_enc(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="asrkit bench pos_enc", description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="T = 100, 300 (+1000 for linear attention): a smoke run")
+    p.add_argument("--out", type=Path, help="also write the table as Markdown to this file")
+    p.add_argument("--batch", type=int, default=1, help="utterances per batch (all full length)")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--reps", type=int, default=0, help="timing rounds (default 7 / 4 / 2 for T <= 300 / 1000 / more)")
+    p.add_argument("--lengths", type=int, nargs="+", help="frame counts for all rows (default 100 1000 3000)")
+    p.add_argument("--long", type=int, nargs="*", help="extra lengths for linear-attention rows (default 10000)")
+    p.add_argument("--only", nargs="+", help="only rows whose label contains one of these")
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds per measurement")
+    args = p.parse_args(argv)
+    lengths = args.lengths or ([100, 300] if args.quick else [100, 1000, 3000])
+    long = args.long if args.long is not None else ([1000] if args.quick else [10000])
+    long = [t for t in long if t not in lengths]
+    rows = [r for r in POS_ENC_ROWS if not args.only or any(o in r[0] for o in args.only) or r[0] in ("nopos", "nopos + linear_relu", "nopos + linear_favor")]
+    res: dict[tuple[str, int], Optional[dict]] = {}
+    t_start = time.time()
+    for T in lengths + long:
+        todo = [(label, pe, att, extra[0] if extra else []) for label, pe, att, *extra in rows
+                if T not in long or att.startswith("linear")]
+        reps = args.reps or (7 if T <= 300 else 4 if T <= 1000 else 2)
+        spec = dict(T=T, batch=args.batch, threads=args.threads, reps=reps, rows=todo)
+        times = _run_worker("_pos_enc_time_worker", spec, args.timeout * len(todo)) or {}
+        for label, pos_enc, attention, extra in todo:
+            mem = _run_worker("_pos_enc_mem_worker", dict(pos_enc=pos_enc, attention=attention, T=T, batch=args.batch,
+                                                          threads=args.threads, extra=extra), args.timeout)
+            r = times.get(label)
+            res[(label, T)] = None if r is None or mem is None else dict(r, peak_mb=mem["peak_mb"])
+            msg = "failed" if res[(label, T)] is None else f"{1000 * r['time_s']:9.1f} ms {mem['peak_mb']:8.1f} MB"
+            print(f"  T={T:<6d} {label:<28s} {msg}", file=sys.stderr, flush=True)
+    all_T = lengths + long
+    lines = [
+        f"# pos_enc benchmark: {N_LAYERS} layers, d={D_MODEL}, {N_HEADS} heads, d_ff={D_FF}, batch {args.batch}, "
+        f"{args.threads} CPU threads, forward+backward (train mode)",
+        "",
+        "Time = fastest of the rounds (all rows of a T in one process, interleaved); memory = peak RSS "
+        "increase during one forward+backward (fresh process per cell). Ratios: vs `nopos` with the same attention (softmax rows) / vs "
+        "`nopos + <same linear attention>` (linear rows); `torch.nn.TransformerEncoder` row: nopos vs torch "
+        "(nopos time / torch time).",
+        "",
+    ]
+    head = "| encoding | " + " | ".join(f"T={T} ms | x | MB | x" for T in all_T) + " |"
+    lines += [head, "|---|" + "---:|---:|---:|---:|" * len(all_T)]
+    cpu_lines = ["", "Same runs, ratios of process CPU time (user + sys, all threads; less sensitive to other "
+                 "processes on a shared machine than wall time):", "",
+                 "| encoding | " + " | ".join(f"T={T}" for T in all_T) + " |", "|---|" + "---:|" * len(all_T)]
+    for label, pos_enc, attention, *_ in rows:
+        base_label = "nopos" if attention == "softmax" else f"nopos + {attention}"
+        cells = []
+        for T in all_T:
+            r = res.get((label, T))
+            if r is None:
+                cells.append("- | - | - | -")
+                continue
+            if pos_enc == "torch":
+                nb = res.get(("nopos", T))
+                ratio_t = _fmt_ratio(nb["time_s"], r["time_s"]) if nb else "-"
+                ratio_m = _fmt_ratio(nb["peak_mb"], r["peak_mb"]) if nb else "-"
+            else:
+                b = res.get((base_label, T))
+                ratio_t = _fmt_ratio(r["time_s"], b["time_s"] if b else None)
+                ratio_m = _fmt_ratio(r["peak_mb"], b["peak_mb"] if b else None)
+            cells.append(f"{1000 * r['time_s']:.0f} | {ratio_t} | {r['peak_mb']:.0f} | {ratio_m}")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        cpu_cells = []
+        for T in all_T:
+            r = res.get((label, T))
+            b = res.get(("nopos", T) if pos_enc == "torch" else (base_label, T))
+            if r is None or b is None:
+                cpu_cells.append("-")
+            else:
+                cpu_cells.append(_fmt_ratio(b["cpu_s"], r["cpu_s"]) if pos_enc == "torch" else _fmt_ratio(r["cpu_s"], b["cpu_s"]))
+        cpu_lines.append(f"| {label} | " + " | ".join(cpu_cells) + " |")
+    lines += cpu_lines
+    lines += ["", f"Total wall time {time.time() - t_start:.0f} s."]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        from asrkit.utils import atomic_write
+
+        with atomic_write(args.out) as f:
+            f.write(text)
+    return 0
+
+
+#: benchmark name -> main(argv)
+BENCHMARKS: dict[str, Callable[[list[str]], int]] = {"pos_enc": bench_pos_enc}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in WORKERS:  # internal: measurements in a fresh process
+        print(json.dumps(WORKERS[argv[0]](json.loads(argv[1]))))
+        return 0
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in BENCHMARKS:
+        usage = "usage: asrkit bench <name> [args]   (names: " + ", ".join(BENCHMARKS) + ")"
+        if argv and argv[0] not in ("-h", "--help"):
+            print(f"asrkit bench: unknown benchmark {argv[0]!r}\n{usage}", file=sys.stderr)
+            return 2
+        print(usage)
+        return 0 if argv else 2
+    return BENCHMARKS[argv[0]](argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""``cape`` (CAPE paper, section 4 and appendix A) and ``shape`` (SHAPE paper, section 2.3).
+
+Both are the sinusoidal embedding of :class:`SinPos` evaluated at *augmented* times, drawn once
+per forward in :meth:`begin`; they differ from ``sinpos`` only at training time (CAPE also
+mean-normalizes at evaluation).
+
+CAPE, per sequence b with valid frames i (padding never enters the mean):
+
+1. mean-normalization  ``t_i <- t_i - mean_valid(t)``               (training and evaluation)
+2. global shift        ``t_i <- t_i + Delta``,  Delta ~ U(-max_global_shift, max_global_shift)
+3. local shift         ``t_i <- t_i + eps_i``,  eps_i ~ U(-e_b, e_b) independently per frame
+4. global scaling      ``t_i <- lambda * t_i``, log lambda ~ U(-log max_scale, log max_scale)
+
+Defaults follow section 5.2: the global shift "covers 60 s", i.e. Delta in [-30 s, 30 s]; the local
+shift "is set to its maximum to preserve the frames order", i.e. half the spacing of the frames:
+``e_b = min(max_local_shift, gap_b / 2)`` where ``gap_b`` is the smallest spacing between consecutive
+valid frames of sequence b (= ``frame_step`` = 30 ms for a regular 10 ms x stride-3 pipeline, smaller
+or larger in the padding-free pipeline, whose hop varies per utterance). With |eps| < gap / 2 and
+lambda > 0, frame order is always kept. ``max_scale`` (lambda_max) is 1.1 for WSJ (the default)
+and 2 for TED-LIUM in the paper; 1 disables scaling.
+
+SHAPE: positions ``t + k * frame_step`` with one integer k ~ U{0, ..., max_shift} per sequence at
+training (max_shift = K = 500 in the paper), k = 0 (plain ``sinpos``) at inference.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from asrkit.model.posenc.base import PosState, SinPos
+
+
+def masked_mean(times: Tensor, mask: Tensor) -> Tensor:
+    """Mean of ``times`` over valid frames, B x 1 (float32; padded values never enter)."""
+    t = torch.where(mask, times.float(), 0.0)
+    return t.sum(1, keepdim=True) / mask.sum(1, keepdim=True).clamp_min(1)
+
+
+def min_gap(times: Tensor, mask: Tensor) -> Tensor:
+    """Smallest spacing between consecutive valid frames of each sequence, B x 1 (inf if < 2 frames)."""
+    t = times.float()
+    gaps = t[:, 1:] - t[:, :-1]
+    valid = mask[:, 1:] & mask[:, :-1]
+    return torch.where(valid, gaps, math.inf).amin(1, keepdim=True) if t.shape[1] > 1 else torch.full_like(t[:, :1], math.inf)
+
+
+class Cape(SinPos):
+    name = "cape"
+
+    @dataclass
+    class Options(SinPos.Options):
+        max_global_shift: float = 30.0  #: Delta_max, seconds (paper: the shift "covers 60 s")
+        max_local_shift: Optional[float] = None  #: eps_max, seconds; None = half the frame spacing
+        max_scale: float = 1.1  #: lambda_max >= 1 (paper: 1.1 WSJ, 2 TED-LIUM; 1 = no scaling)
+        mean_normalize: bool = True  #: subtract the mean valid time (train and eval)
+
+        def __post_init__(self):
+            from asrkit.config import ConfigError
+
+            if self.max_scale < 1:
+                raise ConfigError(f"encoder.pos.max_scale={self.max_scale} must be >= 1 (lambda_max)")
+            if self.max_global_shift < 0 or (self.max_local_shift is not None and self.max_local_shift < 0):
+                raise ConfigError("encoder.pos.max_global_shift and encoder.pos.max_local_shift must be >= 0")
+
+    def draw(self, times: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The random augmentation of one forward: (Delta B x 1, eps B x T, log lambda B x 1), in seconds."""
+        B, T = times.shape
+        dev = times.device
+        o = self.opts
+        half_gap = 0.5 * min_gap(times, mask)
+        e = half_gap if o.max_local_shift is None else half_gap.clamp_max(o.max_local_shift)
+        e = torch.where(torch.isfinite(e), e, 0.0 if o.max_local_shift is None else o.max_local_shift)
+        u = lambda *shape: 2 * torch.rand(*shape, device=dev) - 1  # noqa: E731  U(-1, 1)
+        delta = o.max_global_shift * u(B, 1)
+        eps = e * u(B, T)
+        log_lam = math.log(o.max_scale) * u(B, 1)
+        return delta, eps, log_lam
+
+    def augment(self, times: Tensor, mask: Tensor, draws: Optional[tuple[Tensor, Tensor, Tensor]] = None) -> Tensor:
+        """Positions (B x T, float32 seconds) to encode. ``draws`` = (Delta, eps, log lambda) applies
+        the training augmentation (appendix A order); None = evaluation (mean-normalization only)."""
+        pos = torch.where(mask, times.float(), 0.0)
+        if self.opts.mean_normalize:
+            pos = pos - masked_mean(times, mask)
+        if draws is not None:
+            delta, eps, log_lam = draws
+            pos = (pos + delta + eps) * torch.exp(log_lam)
+        return pos
+
+    def begin(self, x: Tensor, times: Tensor, mask: Tensor) -> PosState:
+        draws = self.draw(times, mask) if self.training else None
+        return PosState(times=times, mask=mask, extra={"positions": self.augment(times, mask, draws)})
+
+    def positions(self, state: PosState) -> Tensor:
+        return state.extra["positions"]
+
+
+class Shape(SinPos):
+    name = "shape"
+
+    @dataclass
+    class Options(SinPos.Options):
+        max_shift: int = 500  #: K: offset k ~ U{0..K} frames per sequence at training (0 at inference)
+        frame_step: float = 0.03  #: seconds per frame: the offset is k * frame_step seconds
+
+        def __post_init__(self):
+            from asrkit.config import ConfigError
+
+            if self.max_shift < 0 or self.frame_step <= 0:
+                raise ConfigError(f"encoder.pos.max_shift={self.max_shift} must be >= 0 and frame_step > 0")
+
+    def begin(self, x: Tensor, times: Tensor, mask: Tensor) -> PosState:
+        pos = times.float()
+        if self.training and self.opts.max_shift > 0:
+            k = torch.randint(0, self.opts.max_shift + 1, (times.shape[0], 1), device=times.device)
+            pos = pos + k.float() * self.opts.frame_step
+        return PosState(times=times, mask=mask, extra={"positions": pos})
+
+    def positions(self, state: PosState) -> Tensor:
+        return state.extra["positions"]

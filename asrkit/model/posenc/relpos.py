@@ -1,0 +1,135 @@
+"""``relpos`` / ``relpos_first``: learnable relative positions of Shaw et al. (2018), key term.
+
+Attention logits become ``e_ij = q_i . (k_j + a_{r(i,j)}) / sqrt(d_head)`` with
+``r(i,j) = clip(round((t_j - t_i) / frame_step), -K, K)``: the relative distance is measured in
+frames *from the frame times*, so irregular timestamps (padding-free pipeline) and a changed
+inference hop still map each pair to the nearest lag. ``K = round(context_s / frame_step)``: the
+paper's relpos spans 27.6 s each side (section 5.2 says 26.8 s, appendix C.4 27.6 s; the latter is
+the default), its ablation 6 s. Only Shaw's *key* term is implemented (as in the wav2letter/
+flashlight ASR relpos the CAPE paper follows); the value term ``a^V`` is not. ``relpos`` has one
+table (2K+1) x d_head per layer, shared by the heads; ``relpos_first`` has a table in the first
+layer only and no other positional information anywhere.
+
+Cost: no B x H x T x T x D tensor is ever built. Per layer, the queries are taken in blocks of
+``block`` rows; for each block ``S = q_block @ A[lo..hi]^T`` (B x H x b x W_b) is computed only for
+the lags ``lo .. hi`` that occur in that block (W_b ~ T + b for regular frames, at most 2K+1) and
+gathered, ``bias_ij = S[i, r(i,j) - lo]``, straight into the one B x H x T x T bias (a custom
+autograd function: the backward scatters the bias gradient back block by block and keeps no S).
+The blocks make the cost T x (T + b) x d_head, like ``q k^T``, instead of T x (2K+1) x d_head.
+The bias is the additive ``attn_mask`` of ``scaled_dot_product_attention`` (see
+:func:`asrkit.model.attention.attention` for the CPU training case). The lag index (1 x T x T when
+the batch shares its frame times, as in the padded pipeline, else B x T x T) and the block ranges
+are computed once per forward in :meth:`begin` and shared by the layers; each layer's bias lives
+only inside its attention call.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+from torch import Tensor, nn
+
+from asrkit.model.posenc.base import PositionalEncoding, PosState
+
+
+class RelPos(PositionalEncoding):
+    name = "relpos"
+    attention = ("softmax",)
+    first_only = False
+    block = 128  #: query rows per block of the bias computation
+
+    @dataclass
+    class Options:
+        context_s: float = 27.6  #: seconds of context each side; longer lags are clipped
+        frame_step: float = 0.03  #: seconds per lag unit (frame spacing after the frontend)
+        init_std: float = 0.02  #: normal init of the tables
+
+        def __post_init__(self):
+            from asrkit.config import ConfigError
+
+            if self.frame_step <= 0 or self.context_s < 0:
+                raise ConfigError(f"encoder.pos.frame_step={self.frame_step} must be > 0, context_s={self.context_s} >= 0")
+
+    def __init__(self, d_model: int, n_heads: int, n_layers: int, opts=None):
+        super().__init__(d_model, n_heads, n_layers, opts)
+        self.max_lag = round(self.opts.context_s / self.opts.frame_step)
+        n_tables = 1 if self.first_only else n_layers
+        d_head = d_model // n_heads
+        self.tables = nn.Parameter(torch.randn(n_tables, 2 * self.max_lag + 1, d_head) * self.opts.init_std)
+
+    def lags(self, times: Tensor) -> Tensor:
+        """r(i, j) = clip(round((t_j - t_i) / frame_step), -K, K), B x T x T int64 (reference form)."""
+        u = times.to(torch.float64) / self.opts.frame_step
+        return torch.round(u[:, None, :] - u[:, :, None]).clamp_(-self.max_lag, self.max_lag).long()
+
+    def begin(self, x: Tensor, times: Tensor, mask: Tensor) -> PosState:
+        t = torch.where(mask, times, times[:, :1])  # padded frames: any valid time (they are masked)
+        ref = int(mask.sum(1).argmax())
+        if bool(((t == t[ref]) | ~mask).all()):  # the batch shares its frame times: one index
+            t = t[ref : ref + 1]
+        u = t.to(torch.float64) / self.opts.frame_step  # B|1 x T
+        K, T = self.max_lag, u.shape[1]
+        u_min, u_max = float(u.min()), float(u.max())
+        blocks = []
+        for i0 in range(0, T, self.block):
+            ub = u[:, i0 : i0 + self.block]
+            # lag range of the block without forming it: round and clip are monotone
+            lo = int(max(-K, round(u_min - float(ub.max()))))
+            hi = int(min(K, round(u_max - float(ub.min()))))
+            index = torch.round(u[:, None, :] - ub[:, :, None]).clamp_(-K, K).sub_(lo).long()
+            blocks.append((i0, i0 + ub.shape[1], K + lo, K + hi + 1, index[:, None]))  # B|1 x 1 x b x T
+        return PosState(times=times, mask=mask, extra={"rel_blocks": blocks})
+
+    def table(self, layer: int) -> Optional[Tensor]:
+        if self.first_only:
+            return self.tables[0] if layer == 0 else None
+        return self.tables[layer]
+
+    def attn_bias(self, layer: int, q: Tensor, state: PosState) -> Optional[Tensor]:
+        table = self.table(layer)
+        if table is None:
+            return None
+        scaled = table.to(q.dtype) * (1.0 / math.sqrt(q.shape[-1]))
+        return _RelBias.apply(q, scaled, state.extra["rel_blocks"])
+
+
+class _RelBias(torch.autograd.Function):
+    """bias[b, h, i, j] = q[b, h, i] . A[r(i, j)], block by block (see module doc), written in place
+    into one B x H x T x T tensor; the backward scatters the bias gradient back per block and
+    never keeps the per-block products S."""
+
+    @staticmethod
+    def forward(ctx, q: Tensor, table: Tensor, blocks: list) -> Tensor:
+        B, H, T, _ = q.shape
+        with torch.autocast(q.device.type, enabled=False):
+            out = q.new_empty(B, H, T, T)
+            for i0, i1, r0, r1, index in blocks:
+                s = torch.matmul(q[:, :, i0:i1], table[r0:r1].t())  # B x H x b x W_b
+                torch.gather(s, -1, index.expand(B, H, i1 - i0, T), out=out[:, :, i0:i1])
+        ctx.save_for_backward(q, table)
+        ctx.blocks = blocks
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: Tensor):
+        q, table = ctx.saved_tensors
+        B, H, T, Dh = q.shape
+        grad = grad.to(q.dtype)
+        gq = torch.empty_like(q) if ctx.needs_input_grad[0] else None
+        gt = torch.zeros_like(table) if ctx.needs_input_grad[1] else None
+        for i0, i1, r0, r1, index in ctx.blocks:
+            ds = grad.new_zeros(B, H, i1 - i0, r1 - r0)
+            ds.scatter_add_(-1, index.expand(B, H, i1 - i0, T), grad[:, :, i0:i1])
+            if gq is not None:
+                gq[:, :, i0:i1] = torch.matmul(ds, table[r0:r1])
+            if gt is not None:
+                gt[r0:r1] += ds.reshape(-1, r1 - r0).t() @ q[:, :, i0:i1].reshape(-1, Dh)
+        return gq, gt, None
+
+
+class RelPosFirst(RelPos):
+    name = "relpos_first"
+    first_only = True

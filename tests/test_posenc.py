@@ -1,0 +1,554 @@
+"""Positional encodings (asrkit.model.posenc): every encoding through the full encoder (determinism,
+padding invariance, dtypes), plus each encoding's own theory: CAPE against the reference algorithm
+of its appendix A, SHAPE offsets, relpos against a naive Shaw et al. implementation, SPE's
+Monte-Carlo kernel, PEG shift equivariance, config-time errors."""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from asrkit.config import ConfigError, load_config
+from asrkit.model import build_model
+from asrkit.model.attention import SelfAttention
+from asrkit.model.posenc import POS_ENCODINGS, build_pos_encoding
+from asrkit.model.posenc.base import PosState, sinusoid
+
+torch.set_num_threads(1)
+
+N_MELS, D, HEADS, LAYERS = 8, 32, 2, 2
+ATTENTION = {"spe_sine": "linear_relu", "spe_conv": "linear_favor"}  # SPE needs linear attention
+SMALL_POS = {  # keep tables small in tests (defaults are sized for real audio)
+    "spe_conv": ["encoder.pos.kernel_size=9", "encoder.pos.realizations=16"],
+    "spe_sine": ["encoder.pos.realizations=16", "encoder.pos.sines=4"],
+}
+
+
+def make_cfg(name: str, *extra: str):
+    return load_config(None, [
+        f"encoder.pos_enc={name}", f"encoder.attention={ATTENTION.get(name, 'softmax')}",
+        f"encoder.d_model={D}", f"encoder.n_layers={LAYERS}", f"encoder.n_heads={HEADS}", "encoder.d_ff=64",
+        f"features.n_mels={N_MELS}", "encoder.layer_drop=0.0", *SMALL_POS.get(name, []), *extra,
+    ])
+
+
+def make_model(name: str, *extra: str):
+    torch.manual_seed(0)
+    model = build_model(make_cfg(name, *extra), vocab_size=10)
+    with torch.no_grad():  # non-trivial PEG / tables so they matter in the comparisons
+        for p in model.encoder.pos.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    return model.eval()
+
+
+def batch(lengths, hops=None, T=None, seed=0):
+    """Padded features (zero beyond each length) and frame times (seconds); ``hops`` per utterance
+    gives each row its own time grid, as in the padding-free pipeline."""
+    g = torch.Generator().manual_seed(seed)
+    T = T or max(lengths)
+    lens = torch.tensor(lengths)
+    valid = torch.arange(T)[None, :] < lens[:, None]
+    feats = torch.randn(len(lengths), T, N_MELS, generator=g) * valid[..., None]
+    hops = hops or [0.01] * len(lengths)
+    times = torch.arange(T, dtype=torch.float32)[None, :] * torch.tensor(hops)[:, None]
+    return feats, lens, times
+
+
+def encode(model, feats, lens, times):
+    h, out_lens, mask, _ = model.encoder(feats, lens, times)
+    return h, out_lens
+
+
+def valid(h, out_lens):
+    """The real (non-padded) output frames, concatenated: N x D."""
+    return torch.cat([h[b, : int(n)] for b, n in enumerate(out_lens)])
+
+
+ALL = list(POS_ENCODINGS)
+
+
+def test_registry_has_every_encoding():
+    assert set(ALL) == {"nopos", "sinpos", "abspos", "relpos", "relpos_first", "cape", "shape", "cpe",
+                        "spe_sine", "spe_conv", "concat_sin"}
+    for name, cls in POS_ENCODINGS.items():
+        assert cls.name == name and dataclasses.is_dataclass(cls.Options)
+        cls.Options()  # every option has a default
+
+
+# ---------------------------------------------------------------------------------------------
+# every encoding through the full encoder
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_eval_deterministic(name):
+    model = make_model(name)
+    feats, lens, times = batch([90, 61])
+    with torch.no_grad():
+        a, _ = encode(model, feats, lens, times)
+        b, _ = encode(model, feats, lens, times)
+    assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("grid", ["padded", "padfree"])
+def test_batch_of_one_equals_batch_of_n(name, grid):
+    """Padding invariance: each utterance of a padded batch gets exactly its own outputs.
+    ``padfree``: every row has its own hop (its own time grid) and frames dropped at random."""
+    model = make_model(name)
+    lengths = [96, 75, 40]
+    hops = [0.01, 0.012, 0.008] if grid == "padfree" else None
+    feats, lens, times = batch(lengths, hops)
+    if grid == "padfree":  # irregular times: frames skipped at random (kept frames keep their times)
+        times = times + 0.004 * torch.rand(times.shape, generator=torch.Generator().manual_seed(1)).cumsum(1)
+    with torch.no_grad():
+        h, out_lens = encode(model, feats, lens, times)
+        for b, n in enumerate(lengths):
+            h1, l1 = encode(model, feats[b : b + 1, :n], lens[b : b + 1], times[b : b + 1, :n])
+            assert int(l1) == int(out_lens[b])
+            torch.testing.assert_close(h[b, : int(l1)], h1[0], atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_shapes_dtypes_and_gradients(name):
+    model = make_model(name)
+    feats, lens, times = batch([60, 45])
+    with torch.no_grad():
+        h, out_lens = encode(model, feats, lens, times)
+    assert h.shape == (2, int(out_lens.max()), D) and h.dtype == torch.float32
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        hb, _ = encode(model, feats, lens, times)
+        ref, _ = encode(make_model("nopos"), feats, lens, times)
+    assert hb.shape == h.shape and hb.dtype == ref.dtype  # same dtype policy as without encoding
+    assert torch.isfinite(hb.float()).all()
+    assert (hb.float() - h).abs().mean() < 0.1  # bf16 is an approximation of the same function
+    model.train()
+    out = model.encode(feats, lens, times)
+    out.log_probs.mean().backward()
+    grads = [p.grad for p in model.encoder.pos.parameters()]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads)
+    assert all(g.abs().sum() > 0 for g in grads) or name in ("relpos_first",)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_train_mode_bf16_backward(name):
+    model = make_model(name).train()
+    feats, lens, times = batch([45, 30])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model.encode(feats, lens, times)
+    out.log_probs.mean().backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+# ---------------------------------------------------------------------------------------------
+# config-time errors
+
+
+def test_unknown_encoding_fails_at_config_time_listing_valid_names():
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["encoder.pos_enc=rope"])
+    msg = str(e.value)
+    assert "rope" in msg and all(n in msg for n in ALL)
+
+
+def test_unknown_option_fails_listing_valid_keys():
+    with pytest.raises(ConfigError, match="context_s"):
+        load_config(None, ["encoder.pos_enc=relpos", "encoder.pos.kontext=3"])
+
+
+@pytest.mark.parametrize("name,attention,needs", [
+    ("relpos", "linear_relu", "softmax"), ("relpos_first", "linear_favor", "softmax"),
+    ("spe_sine", "softmax", "linear"), ("spe_conv", "softmax", "linear"),
+])
+def test_attention_kind_mismatch_fails_at_config_time(name, attention, needs):
+    with pytest.raises(ConfigError, match=f"needs {needs}"):
+        load_config(None, [f"encoder.pos_enc={name}", f"encoder.attention={attention}"])
+
+
+def test_cpe_even_kernel_and_bad_layer_are_config_errors():
+    with pytest.raises(ConfigError, match="odd"):
+        load_config(None, ["encoder.pos_enc=cpe", "encoder.pos.kernel=4"])
+    with pytest.raises(ConfigError, match="out of range"):
+        load_config(None, ["encoder.pos_enc=cpe", "encoder.n_layers=2", "encoder.pos.layers=[0, 2]"])
+    load_config(None, ["encoder.pos_enc=cpe", "encoder.n_layers=2", "encoder.pos.layers=[-1, 1]", "encoder.pos.kernel=5"])
+
+
+def test_cape_bad_scale_is_config_error():
+    with pytest.raises(ConfigError, match="max_scale"):
+        load_config(None, ["encoder.pos_enc=cape", "encoder.pos.max_scale=0.5"])
+
+
+# ---------------------------------------------------------------------------------------------
+# CAPE
+
+
+def reference_cape_1d(pos: np.ndarray, mean_normalize: bool, augment: bool, d: float, e: float, lam: float,
+                      rng: np.random.RandomState) -> np.ndarray:
+    """CAPE paper appendix A, re-implemented: NaN marks padding; draws in the order global shift
+    (B x 1), local shift (B x T), log-scale (B x 1)."""
+    pos = pos.copy()
+    B, T = pos.shape
+    if mean_normalize:
+        pos = pos - np.nanmean(pos, axis=1, keepdims=True)
+    if not augment:
+        return pos
+    glob = rng.uniform(-d, d, size=(B, 1))
+    loc = rng.uniform(-e, e, size=(B, T))
+    log_s = rng.uniform(-np.log(lam), np.log(lam), size=(B, 1))
+    return (pos + glob + loc) * np.exp(log_s)
+
+
+def cape_module(**opts):
+    cfg = make_cfg("cape", *[f"encoder.pos.{k}={v}" for k, v in opts.items()])
+    return build_pos_encoding(cfg.encoder)
+
+
+def test_cape_matches_appendix_a_with_shared_draws():
+    cape = cape_module(max_scale=2.0)
+    lengths = [50, 33, 7]
+    _, _, times = batch(lengths, T=50)
+    times = times * 3  # frames 30 ms apart
+    mask = torch.arange(50)[None] < torch.tensor(lengths)[:, None]
+    pos = np.where(mask.numpy(), times.numpy().astype(np.float64), np.nan)
+    d, e, lam = 30.0, 0.015, 2.0
+    ref = reference_cape_1d(pos, True, True, d, e, lam, np.random.RandomState(7))
+    rng = np.random.RandomState(7)  # replay the same draws into asrkit's CAPE
+    draws = [torch.from_numpy(rng.uniform(lo, hi, size=s)).float()
+             for lo, hi, s in ((-d, d, (3, 1)), (-e, e, (3, 50)), (-np.log(lam), np.log(lam), (3, 1)))]
+    ours = cape.augment(times, mask, tuple(draws))
+    np.testing.assert_allclose(ours.numpy()[mask.numpy()], ref[mask.numpy()], rtol=1e-5, atol=1e-4)
+    # evaluation: mean-normalization only, exactly the reference
+    ref_eval = reference_cape_1d(pos, True, False, d, e, lam, np.random.RandomState(0))
+    np.testing.assert_allclose(cape.augment(times, mask).numpy()[mask.numpy()], ref_eval[mask.numpy()], atol=1e-5)
+
+
+def test_cape_draw_distributions():
+    """Draws follow the paper's uniform laws with the documented defaults (Delta_max = 30 s,
+    eps_max = half the frame spacing, lambda_max = 1.1)."""
+    torch.manual_seed(0)
+    cape = cape_module()
+    B, T = 4000, 20
+    times = torch.arange(T).float()[None].expand(B, T) * 0.03
+    mask = torch.ones(B, T, dtype=torch.bool)
+    delta, eps, log_lam = cape.draw(times, mask)
+    for x, hi in ((delta, 30.0), (eps, 0.015), (log_lam, math.log(1.1))):
+        assert x.abs().max() <= hi + 1e-6 and x.abs().max() > 0.98 * hi
+        assert abs(float(x.mean())) < 0.05 * hi
+        assert abs(float(x.std()) - hi / math.sqrt(3)) < 0.03 * hi  # uniform(-hi, hi)
+    # the positions begin() hands to the sinusoid: mean-normalized, shifted, scaled
+    cape.train()
+    pos = cape.begin(None, times, mask).extra["positions"]
+    centred = times - times.mean(1, keepdim=True)
+    span = centred[:, -1] - centred[:, 0]
+    ratio = (pos[:, -1] - pos[:, 0]) / span  # lambda, up to the two local shifts (+-15 ms each)
+    assert ratio.min() >= (span[0] - 0.03) / span[0] / 1.1 - 1e-5
+    assert ratio.max() <= (span[0] + 0.03) / span[0] * 1.1 + 1e-5
+    assert ratio.max() > 1.08 and ratio.min() < 1 / 1.08
+
+
+def test_cape_random_at_training_fixed_at_eval_and_keeps_order():
+    torch.manual_seed(0)
+    cape = cape_module(max_scale=2.0)
+    # irregular times (padding-free pipeline: variable hop, skipped frames), with padding
+    g = torch.Generator().manual_seed(3)
+    times = (0.02 + 0.03 * torch.rand(64, 80, generator=g)).cumsum(1)
+    mask = torch.arange(80)[None] < torch.randint(2, 81, (64, 1), generator=g)
+    cape.train()
+    p1 = cape.begin(None, times, mask).extra["positions"]
+    p2 = cape.begin(None, times, mask).extra["positions"]
+    assert not torch.allclose(p1, p2)
+    both = mask[:, 1:] & mask[:, :-1]
+    for p in (p1, p2):
+        assert ((p[:, 1:] - p[:, :-1])[both] > 0).all()  # frame order kept
+    cape.eval()
+    e1 = cape.begin(None, times, mask).extra["positions"]
+    e2 = cape.begin(None, times, mask).extra["positions"]
+    assert torch.equal(e1, e2)
+    mean = (e1 * mask).sum(1) / mask.sum(1)
+    assert mean.abs().max() < 1e-4  # mean over valid frames only is zero
+
+
+def test_cape_eval_invariant_to_time_shift():
+    model = make_model("cape")
+    feats, lens, times = batch([90, 70])
+    with torch.no_grad():
+        a, b, s, s0 = (valid(*encode(m, feats, lens, t)) for m, t in (
+            (model, times), (model, times + 17.3), (make_model("sinpos"), times + 17.3), (make_model("sinpos"), times)))
+    torch.testing.assert_close(a, b, atol=2e-4, rtol=1e-3)
+    assert (s - s0).abs().max() > 1e-2  # while sinpos depends on absolute time
+
+
+# ---------------------------------------------------------------------------------------------
+# SHAPE
+
+
+def test_shape_offsets_at_training_and_none_at_eval():
+    torch.manual_seed(0)
+    cfg = make_cfg("shape", "encoder.pos.max_shift=20")
+    shape = build_pos_encoding(cfg.encoder)
+    times = torch.arange(30).float()[None].expand(500, 30) * 0.03
+    mask = torch.ones(500, 30, dtype=torch.bool)
+    shape.train()
+    pos = shape.begin(None, times, mask).extra["positions"]
+    k = (pos - times) / 0.03
+    assert torch.allclose(k, k[:, :1].expand_as(k), atol=1e-3)  # one offset per sequence
+    k = k[:, 0]
+    assert torch.allclose(k, k.round(), atol=1e-3) and k.min() == 0 and int(k.round().max()) == 20
+    assert len(set(k.round().tolist())) == 21  # all of U{0..K} drawn
+    shape.eval()
+    assert torch.equal(shape.begin(None, times, mask).extra["positions"], times)
+    # eval output is sinpos exactly
+    feats, lens, t = batch([60, 50])
+    with torch.no_grad():
+        a, _ = encode(make_model("shape"), feats, lens, t)
+        b, _ = encode(make_model("sinpos"), feats, lens, t)
+    torch.testing.assert_close(a, b)
+
+
+def test_shape_and_cape_random_in_training_mode_through_encoder():
+    for name in ("shape", "cape"):
+        model = make_model(name, "encoder.dropout=0.0", "frontend.dropout=0.0").train()
+        feats, lens, times = batch([60, 50])
+        with torch.no_grad():
+            a, _ = encode(model, feats, lens, times)
+            b, _ = encode(model, feats, lens, times)
+        assert not torch.allclose(a, b)
+
+
+# ---------------------------------------------------------------------------------------------
+# abspos
+
+
+def test_abspos_indexes_by_time_and_wraps_around():
+    cfg = make_cfg("abspos", "encoder.pos.context_s=0.3")  # N = 10 rows of 30 ms
+    pos = build_pos_encoding(cfg.encoder)
+    assert pos.n_positions == 10
+    times = torch.tensor([[0.0, 0.03, 0.27, 0.30, 0.33, 0.61, 3.0]])
+    mask = torch.ones_like(times, dtype=torch.bool)
+    state = pos.begin(None, times, mask)
+    assert pos.indices(state).tolist() == [[0, 1, 9, 0, 1, 0, 0]]  # E(t) = E(t mod N)
+    x = torch.zeros(1, 7, D)
+    torch.testing.assert_close(pos.embed(x, state), pos.table[[0, 1, 9, 0, 1, 0, 0]][None])
+
+
+# ---------------------------------------------------------------------------------------------
+# relpos
+
+
+def naive_shaw(q, k, v, table, times, frame_step, K, key_mask):
+    """Shaw et al. key term, the O(T^2 D) way: e_ij = q_i . (k_j + a_clip(j-i)) / sqrt(d)."""
+    B, H, T, Dh = q.shape
+    u = times.double() / frame_step
+    lag = torch.round(u[:, None, :] - u[:, :, None]).clamp(-K, K).long() + K  # B T T
+    a = table[lag]  # B x T x T x Dh: the big tensor the real implementation never builds
+    logits = (q @ k.transpose(-1, -2) + torch.einsum("bhid,bijd->bhij", q, a)) / math.sqrt(Dh)
+    if key_mask is not None:
+        logits = logits.masked_fill(~key_mask, float("-inf"))
+    return logits.softmax(-1) @ v
+
+
+@pytest.mark.parametrize("irregular", [False, True])
+def test_relpos_matches_naive_shaw(irregular):
+    torch.manual_seed(0)
+    cfg = make_cfg("relpos", "encoder.pos.context_s=0.6")  # K = 20 lags of 30 ms, clipped often
+    pos = build_pos_encoding(cfg.encoder)
+    pos.block = 16  # several query blocks
+    B, T = 3, 50
+    times = torch.arange(T).float()[None].repeat(B, 1) * 0.03
+    if irregular:  # per-row grids and jitter: lags are quantized from the times
+        times = times * torch.tensor([[1.0], [1.3], [0.7]]) + 0.01 * torch.rand(B, T)
+    lengths = torch.tensor([50, 37, 12])
+    mask = torch.arange(T)[None] < lengths[:, None]
+    key_mask = mask[:, None, None, :]
+    attn = SelfAttention(D, HEADS)
+    x = torch.randn(B, T, D)
+    state = pos.begin(x, times, mask)
+    for layer in range(LAYERS):
+        y = attn(x, key_mask, pos, state, layer)
+        q, k, v = attn.qkv(x).view(B, T, 3, HEADS, D // HEADS).permute(2, 0, 3, 1, 4)
+        ref = naive_shaw(q, k, v, pos.tables[layer], times, 0.03, pos.max_lag, key_mask)
+        ref = attn.out(ref.transpose(1, 2).reshape(B, T, D))
+        torch.testing.assert_close(y[mask], ref[mask], atol=1e-5, rtol=1e-4)
+    # gradients of the table agree too
+    g1 = torch.autograd.grad(attn(x, key_mask, pos, state, 0)[mask].sum(), pos.tables)[0]
+    q, k, v = attn.qkv(x).view(B, T, 3, HEADS, D // HEADS).permute(2, 0, 3, 1, 4)
+    ref = attn.out(naive_shaw(q, k, v, pos.tables[0], times, 0.03, pos.max_lag, key_mask).transpose(1, 2).reshape(B, T, D))
+    g2 = torch.autograd.grad(ref[mask].sum(), pos.tables)[0]
+    torch.testing.assert_close(g1, g2, atol=1e-5, rtol=1e-4)
+
+
+def test_relpos_first_only_first_layer():
+    cfg = make_cfg("relpos_first")
+    pos = build_pos_encoding(cfg.encoder)
+    assert pos.tables.shape[0] == 1 and pos.max_lag == 920  # 27.6 s / 30 ms each side
+    times = torch.arange(20).float()[None] * 0.03
+    state = pos.begin(None, times, torch.ones(1, 20, dtype=torch.bool))
+    q = torch.randn(1, HEADS, 20, D // HEADS)
+    assert pos.attn_bias(0, q, state).shape == (1, HEADS, 20, 20)
+    assert pos.attn_bias(1, q, state) is None
+
+
+@pytest.mark.parametrize("name", ["relpos", "relpos_first"])
+def test_relpos_invariant_to_time_shift(name):
+    model = make_model(name)
+    feats, lens, times = batch([90, 70])
+    with torch.no_grad():
+        a = valid(*encode(model, feats, lens, times))
+        b = valid(*encode(model, feats, lens, times + 41.7))
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------
+# SPE
+
+
+@pytest.mark.parametrize("name", ["spe_sine", "spe_conv"])
+def test_spe_monte_carlo_kernel_converges(name):
+    """Qbar Kbar^T / R -> the prescribed template P_d(m - n) (error ~ 1/sqrt(R)), gated too."""
+    torch.manual_seed(0)
+    cfg = make_cfg(name)
+    spe = build_pos_encoding(cfg.encoder)
+    with torch.no_grad():
+        spe.gates.normal_()
+    u = torch.arange(24, dtype=torch.float64) * (1.0 if name == "spe_conv" else 1.37)  # frames
+    tau = u[:, None] - u[None, :]
+    target = spe.kernel(tau.reshape(-1)).reshape(HEADS, D // HEADS, 24, 24).detach()
+    errs = []
+    for R in (64, 1024, 8192):
+        gen = torch.Generator().manual_seed(R)
+        with torch.no_grad():
+            qbar, kbar = spe.codes(u, R, gen)  # N x H x D x R
+        est = torch.einsum("mhdr,nhdr->hdmn", qbar, kbar) / R
+        errs.append(float((est - target).abs().mean() / target.abs().mean()))
+    assert errs[0] > errs[1] > errs[2] and errs[2] < 0.1, errs
+    assert errs[0] / errs[2] > 7  # ~ sqrt(8192 / 64) = 11.3
+    # gated template of layer 1: delta + (1 - delta) P, through the codes plus the gating noise
+    R = 8192
+    gen = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        qbar, kbar = spe.codes(u, R, gen)
+        g = spe.gate(1)[None, :, :, None]
+        eps = torch.randn(1, HEADS, D // HEADS, R, generator=gen)
+        qg, kg = (g.sqrt() * eps + (1 - g).sqrt() * c for c in (qbar, kbar))
+        est = torch.einsum("mhdr,nhdr->hdmn", qg, kg) / R
+        target = spe.gated_kernel(1, tau.reshape(-1)).reshape(HEADS, D // HEADS, 24, 24)
+    assert float((est - target).abs().mean()) < 0.05 * float(target.abs().mean())
+
+
+def test_spe_conv_kernel_vanishes_beyond_filter_and_is_stationary():
+    cfg = make_cfg("spe_conv")
+    spe = build_pos_encoding(cfg.encoder)
+    P = spe.opts.kernel_size
+    k = spe.kernel(torch.arange(-P - 3, P + 4)).detach()
+    assert (k[..., :4] == 0).all() and (k[..., -4:] == 0).all() and k.abs().sum() > 0
+
+
+def test_spe_codes_redrawn_each_training_forward():
+    model = make_model("spe_sine").train()
+    feats, lens, times = batch([60])
+    with torch.no_grad():
+        s1 = model.encoder.pos.begin(torch.zeros(1, 20, D), times[:, ::3], torch.ones(1, 20, dtype=torch.bool))
+        s2 = model.encoder.pos.begin(torch.zeros(1, 20, D), times[:, ::3], torch.ones(1, 20, dtype=torch.bool))
+    assert not torch.equal(s1.extra["spe"][0], s2.extra["spe"][0])
+
+
+# ---------------------------------------------------------------------------------------------
+# CPE / PEG
+
+
+def test_peg_equivariant_to_shifts_away_from_edges():
+    cfg = make_cfg("cpe", "encoder.pos.kernel=5")
+    peg = build_pos_encoding(cfg.encoder)
+    with torch.no_grad():
+        peg.convs["0"].weight.normal_()
+    T, s = 40, 7
+    x = torch.randn(1, T, D)
+    x[:, T - s :] = 0
+    shifted = torch.roll(x, s, 1)  # zeros rolled to the front: same content, s frames later
+    mask = torch.ones(1, T, dtype=torch.bool)
+    st = PosState(times=torch.zeros(1, T), mask=mask)
+    y, ys = peg.after_layer(0, x, st), peg.after_layer(0, shifted, st)
+    k = 2  # kernel // 2
+    torch.testing.assert_close(ys[:, s + k : T - k], y[:, k : T - s - k])
+    assert not torch.allclose(ys[:, s - 1], y[:, T - 1])  # not at the edges (zero padding)
+    assert peg.after_layer(1, x, st) is x  # only after the configured layer
+
+
+def test_peg_ignores_padded_frames():
+    cfg = make_cfg("cpe")
+    peg = build_pos_encoding(cfg.encoder)
+    x = torch.randn(2, 10, D)
+    mask = torch.arange(10)[None] < torch.tensor([[10], [6]])
+    st = PosState(times=torch.zeros(2, 10), mask=mask)
+    y = peg.after_layer(0, x, st)
+    x2 = x.clone()
+    x2[1, 6:] = 1e3  # garbage in the padding
+    torch.testing.assert_close(peg.after_layer(0, x2, st)[1, :6], y[1, :6])
+
+
+# ---------------------------------------------------------------------------------------------
+# concat_sin and sinusoid
+
+
+def test_concat_sin_concatenates():
+    cfg = make_cfg("concat_sin", "encoder.pos.dim=16")
+    pos = build_pos_encoding(cfg.encoder)
+    assert pos.output_dim(D) == D + 16
+    times = torch.rand(2, 9) * 10
+    st = PosState(times=times, mask=torch.ones(2, 9, dtype=torch.bool))
+    x = torch.randn(2, 9, D)
+    y = pos.embed(x, st)
+    assert torch.equal(y[..., :D], x) and torch.allclose(y[..., D:], sinusoid(times, 16))
+    model = make_model("concat_sin", "encoder.pos.dim=16")
+    assert isinstance(model.encoder.proj, torch.nn.Linear) and model.encoder.proj.in_features == D + 16
+
+
+def test_sinusoid_uses_the_given_times():
+    t = torch.tensor([[0.0, 0.013, 1.7]])
+    e = sinusoid(t, 8)
+    w = 30.0 * 10000 ** (-2 * torch.arange(4) / 8)
+    torch.testing.assert_close(e[0, 1], torch.cat([torch.cos(0.013 * w), torch.sin(0.013 * w)]))
+
+
+def test_peg_before_first_layer_and_after_last_keep_padding_invariance():
+    model = make_model("cpe", "encoder.pos.layers=[-1, 1]", "encoder.pos.kernel=5")
+    assert set(model.encoder.pos.convs) == {"-1", "1"}
+    feats, lens, times = batch([80, 50])
+    with torch.no_grad():
+        h, out_lens = encode(model, feats, lens, times)
+        h1, _ = encode(model, feats[1:, :50], lens[1:], times[1:, :50])
+    torch.testing.assert_close(h[1, : int(out_lens[1])], h1[0], atol=2e-5, rtol=1e-4)
+
+
+def test_bench_dispatch_and_worker():
+    from asrkit import bench
+
+    assert bench.main(["no_such_bench"]) == 2
+    r = bench._pos_enc_mem_worker(dict(pos_enc="relpos", attention="softmax", T=12, batch=1, threads=1))
+    assert r["time_s"] > 0 and r["cpu_s"] >= 0 and r["peak_mb"] >= 0
+    rows = [("nopos", "nopos", "softmax", []), ("spe", "spe_sine", "linear_relu", ["encoder.pos.realizations=4"]),
+            ("torch", "torch", "softmax", [])]
+    t = bench._pos_enc_time_worker(dict(T=10, batch=1, threads=1, reps=2, rows=rows))
+    assert set(t) == {"nopos", "spe", "torch"} and all(len(v["all_s"]) == 2 for v in t.values())
+
+
+def test_explicit_bias_attention_equals_sdpa():
+    """attention(): the explicit path taken for a learnable bias on CPU gives SDPA's values and
+    gradients."""
+    from asrkit.model.attention import attention
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 9, 8, requires_grad=True) for _ in range(3))
+    bias = torch.randn(2, 3, 9, 9, requires_grad=True)
+    mask = bias.masked_fill(torch.arange(9) >= 6, float("-inf"))  # key padding, as SelfAttention does
+    y = attention(q, k, v, mask)
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    torch.testing.assert_close(y, ref)
+    g = torch.randn_like(y)
+    ga = torch.autograd.grad(y, (q, k, v, bias), g, retain_graph=True)
+    gb = torch.autograd.grad(ref, (q, k, v, bias), g)
+    for a, b in zip(ga, gb):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
