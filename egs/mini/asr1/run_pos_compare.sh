@@ -2,25 +2,41 @@
 # Train the mini model once per positional encoding, everything else identical (one config key
 # apart), decode test + long-form, and write one comparison table and PNG plots of WER per duration
 # bin and per long-form window (the shape of the CAPE paper's figures 5 and 6).
-#   ./run_pos_compare.sh [--encodings "nopos sinpos cape"] [--minutes 12] [--train_config conf/train.yaml]
+# Every model gets the same number of optimizer steps (not wall time), so the comparison does not
+# depend on machine load; --parallel N trains N models at once (one thread each).
+#   ./run_pos_compare.sh [--encodings "nopos sinpos cape"] [--steps 1200] [--parallel 2]
 set -euo pipefail
 cd "$(dirname "$0")"
 encodings="nopos abspos sinpos relpos relpos_first cape shape cpe spe_sine spe_conv concat_sin"
-minutes=12          # training budget per model (train.max_minutes)
+steps=1200          # training budget per model (train.max_steps)
+parallel=1          # models trained at once
 train_config=conf/train.yaml
 extra_args=         # more key=value overrides for every model
 out=exp/pos_compare
-__asrkit_opts="encodings minutes train_config extra_args out"
+__asrkit_opts="encodings steps parallel train_config extra_args out"
 . ../../TEMPLATE/asr1/utils/parse_options.sh
 
 ./run.sh --stop_stage 3   # data and tokens (skipped when done)
 tags=()
-for enc in $encodings; do
-    args="encoder.pos_enc=$enc train.max_minutes=$minutes"
+train_one() {
+    local enc=$1 threads=$2 args
+    args="encoder.pos_enc=$enc train.max_steps=$steps train.max_minutes=0 train.threads=$threads"
     case "$enc" in spe_*) args="$args encoder.attention=linear_relu" ;; esac
-    ./run.sh --stage 4 --stop_stage 6 --tag "pos_${enc}" --train_args "$args $extra_args"
+    ./run.sh --stage 4 --stop_stage 6 --tag "pos_${enc}" --train_config "$train_config" --nj 1 \
+        --train_args "$args $extra_args" > "exp/pos_${enc}.log" 2>&1 \
+        || { echo "pos_${enc} failed: see exp/pos_${enc}.log" >&2; return 1; }
+    echo "pos_${enc}: done"
+}
+mkdir -p exp
+threads=$(( $(nproc) / parallel )); [ "$threads" -ge 1 ] || threads=1
+running=0
+for enc in $encodings; do
+    train_one "$enc" "$threads" &
     tags+=("exp/pos_${enc}")
+    running=$((running + 1))
+    if [ "$running" -ge "$parallel" ]; then wait -n; running=$((running - 1)); fi
 done
+wait
 . ./path.sh
 asrkit compare "${tags[@]}" --out "$out"
 echo "table: $out/compare.md"
