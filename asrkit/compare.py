@@ -223,8 +223,10 @@ def compare_experiments(
     out_dir: Pathlike,
     names: Optional[Sequence[str]] = None,
     sets: Optional[Sequence[str]] = None,
+    md_name: str = "compare.md",
 ) -> Path:
-    """Write ``compare.md`` and the PNG plots into ``out_dir``; return the ``compare.md`` path.
+    """Write ``compare.md`` (or ``md_name``, e.g. a recipe's ``RESULTS.md``) and the PNG plots into
+    ``out_dir``; return the Markdown path.
 
     ``names`` label the experiments (default: the directory names); ``sets`` selects and orders
     the test sets (default: every set found, in order of first appearance).
@@ -256,7 +258,7 @@ def compare_experiments(
         )
         if p is not None
     ]
-    md = out_dir / "compare.md"
+    md = out_dir / md_name
     with atomic_write(md, encoding="utf-8") as f:
         f.write(format_compare_md(results, sets, [str(p) for p in plots]))
     logger.info("wrote %s", md)
@@ -282,9 +284,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument(
         "--sets", help="comma-separated test sets (decode dir names without 'decode_')"
     )
+    parser.add_argument("--md-name", default="compare.md",
+                        help="name of the Markdown file (a recipe's stage 6 writes RESULTS.md)")
     args = parser.parse_args(argv)
     try:
-        md = compare_experiments(args.exps, args.out, names=_csv(args.names), sets=_csv(args.sets))
+        md = compare_experiments(args.exps, args.out, names=_csv(args.names), sets=_csv(args.sets),
+                                 md_name=args.md_name)
     except (OSError, ValueError) as e:
         print(f"asrkit compare: error: {e}", file=sys.stderr)
         return 1

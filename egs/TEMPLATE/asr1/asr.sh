@@ -7,7 +7,7 @@
 #                n-gram LM on the training text (+ --lm_text files) and its TLG decoding graph
 #   4 train      train the model (resumes automatically after a crash)
 #   5 decode     decode the test sets (with --average_num N: first average N checkpoints)
-#   6 score      score them and write RESULTS.md
+#   6 score      score them, write exp/<tag>/RESULTS.md and the recipe's RESULTS.md (all experiments)
 # Usage: asr.sh [--stage N] [--stop_stage M] [--option value ...]
 set -euo pipefail
 
@@ -128,6 +128,9 @@ fi
 
 if run_stage 6 "$expdir/.done" "score and report"; then
     asrkit report "$expdir" --score
+    # the recipe's RESULTS.md: every scored experiment of this recipe side by side (+ PNG plots)
+    scored=(); for d in exp/*/; do [ -f "$d/RESULTS.md" ] && scored+=("${d%/}"); done
+    asrkit compare "${scored[@]}" --out . --md-name RESULTS.md > /dev/null
     finish_stage 6 "$expdir/.done"
 fi
 log "finished stages $stage..$stop_stage"
