@@ -16,6 +16,7 @@ def _env():
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
     env["ASRKIT_VENV"] = str(Path(sys.executable).parents[1])
+    env["ASRKIT_ROOT"] = str(ROOT)  # the recipe copy lives outside the checkout
     env["OMP_NUM_THREADS"] = "1"
     return env
 
@@ -37,19 +38,12 @@ def recipe(tmp_path_factory):
     return d
 
 
-def _path_sh(d: Path):
-    # point path.sh at the real checkout (the copy lives outside it)
-    (d / "path.sh").write_text(f'ASRKIT_ROOT={ROOT}\n"$ASRKIT_ROOT/tools/setup.sh" >&2\n'
-                               f'export PATH="${{ASRKIT_VENV:-$ASRKIT_ROOT/.venv}}/bin:$PATH"\n')
-
-
 SMOKE = ["--token_type", "letters", "--train_config", "conf/train_smoke.yaml",
          "--prepare_args", "--train-hours 0.03 --dev-minutes 0.5 --test-minutes 0.5 --longform-minutes 1"]
 
 
 @pytest.mark.slow
 def test_all_stages_then_skip(recipe):
-    _path_sh(recipe)
     _run(recipe, *SMOKE)
     exp = recipe / "exp" / "train_smoke"
     for s in ("test", "test-longform"):
@@ -71,7 +65,6 @@ def test_all_stages_then_skip(recipe):
 
 
 def test_unknown_option_fails(recipe):
-    _path_sh(recipe)
     p = _run(recipe, "--stgae", "3", check=False)
     assert p.returncode == 2 and "unknown option --stgae" in p.stderr
     p = _run(recipe, "--stage", check=False)

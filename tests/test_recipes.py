@@ -314,7 +314,8 @@ def test_path_sh_runs_setup_once(tmp_path):
     (root / "tools").mkdir(parents=True)
     (root / "tools" / "setup.sh").write_text('#!/usr/bin/env bash\necho "setup ran" >> "$SETUP_LOG"\n')
     (root / "tools" / "setup.sh").chmod(0o755)
-    for corpus in RECIPES:
+    (root / "egs").symlink_to(REPO / "egs")  # the shared egs/TEMPLATE/asr1/path.sh
+    for corpus in RECIPES + ("mini",):
         log = tmp_path / f"{corpus}.log"
         env = {k: v for k, v in os.environ.items() if k not in ("ASRKIT_SETUP_DONE", "ASRKIT_VENV")}
         env.update(ASRKIT_ROOT=str(root), SETUP_LOG=str(log))

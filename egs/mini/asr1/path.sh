@@ -1,6 +1,3 @@
-# Environment for the recipe: sets up asrkit if anything is missing (idempotent, ~seconds),
-# then puts its virtualenv first on PATH.
-ASRKIT_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
-"$ASRKIT_ROOT/tools/setup.sh" >&2
-export PATH="${ASRKIT_VENV:-$ASRKIT_ROOT/.venv}/bin:$PATH"
-export PYTHONUNBUFFERED=1
+# Environment for the recipe (set-up once per run, virtualenv on PATH): the shared one.
+# ASRKIT_ROOT (default: the checkout three levels up) lets a copied recipe dir run outside the repo.
+. "${ASRKIT_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)}/egs/TEMPLATE/asr1/path.sh"

@@ -1,0 +1,12 @@
+# Environment for the recipe: sets up asrkit if anything is missing (idempotent, ~seconds),
+# then puts its virtualenv first on PATH. Sourced by run.sh and again by the shared asr.sh;
+# the set-up runs once per run ($ASRKIT_SETUP_DONE names the venv it was done for).
+# ASRKIT_ROOT (default: the checkout holding this file) lets a copied recipe dir run outside the repo.
+ASRKIT_ROOT=${ASRKIT_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)}
+if [ "${ASRKIT_SETUP_DONE:-}" != "${ASRKIT_VENV:-$ASRKIT_ROOT/.venv}" ]; then
+    "$ASRKIT_ROOT/tools/setup.sh" >&2
+    export ASRKIT_SETUP_DONE=${ASRKIT_VENV:-$ASRKIT_ROOT/.venv}
+fi
+export ASRKIT_ROOT
+export PATH="${ASRKIT_VENV:-$ASRKIT_ROOT/.venv}/bin:$PATH"
+export PYTHONUNBUFFERED=1
