@@ -148,8 +148,8 @@ class DecodeConfig:
     beam: int = 8
     batch_size: int = 1  #: 1 = padding never affects scoring
     hop: float = 0.0  #: STFT hop for inference (0 = the training hop)
-    lm: str = ""  #: ARPA word LM for prefix beam fusion
-    lm_weight: float = 0.5
+    lm: str = ""  #: ARPA word LM for prefix beam fusion, or a TLG graph dir for wfst
+    lm_weight: float = 0.5  #: LM weight (prefix beam) / LM scale relative to the acoustic scores (wfst)
     word_bonus: float = 0.0
     bins: list = field(default_factory=lambda: [10.0, 15.0, 20.0])
 

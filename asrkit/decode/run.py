@@ -58,7 +58,7 @@ class Decoder:
 
             if not d.lm:
                 raise ConfigError("decode.method=wfst needs decode.lm (a graph directory built by `asrkit lm graph`)")
-            self.wfst = WfstDecoder(d.lm)
+            self.wfst = WfstDecoder(d.lm, lm_scale=d.lm_weight)
 
     @torch.no_grad()
     def __call__(self, batch: dict) -> list[str]:
