@@ -76,7 +76,7 @@ def average_checkpoints(paths: list[Path]) -> dict:
             st = torch.load(p, map_location="cpu", weights_only=False)
         except Exception as e:
             raise AverageError(f"cannot read checkpoint {p}: {e}") from e
-        model = st["model"]
+        model = st.get("ema", st["model"])  # a run with train.ema_decay: average the moving averages
         if first is None:
             first = (p, st)
             acc = {k: v.double().clone() if v.is_floating_point() else v.clone() for k, v in model.items()}

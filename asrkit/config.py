@@ -138,6 +138,9 @@ class TrainConfig:
     ckpt_every_steps: int = 1000
     keep_last: int = 3
     valid_every_epochs: int = 1
+    #: > 0: also keep an exponential moving average of the weights with this decay (e.g. 0.999;
+    #: ramped up as min(decay, (1 + step) / (10 + step))); validation and decoding then use it
+    ema_decay: float = 0.0
     max_bad_steps: int = 20  #: consecutive NaN/inf steps before training stops
     dist_timeout_s: float = 600.0
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import json
 import logging
 import math
@@ -208,6 +209,9 @@ class Trainer:
         n_params = sum(p.numel() for p in self.model.parameters())
         logger.info("model: %.2f M parameters, pos_enc=%s, %s, device %s", n_params / 1e6, cfg.encoder.pos_enc,
                     dist_info, device)
+        self.ema_model = None  # the weights' exponential moving average (train.ema_decay > 0)
+        if cfg.train.ema_decay > 0:
+            self.ema_model = copy.deepcopy(self.model).eval().requires_grad_(False)
         self.ddp_model = self.model
         if dist_info.distributed:
             from torch.nn.parallel import DistributedDataParallel as DDP
@@ -256,6 +260,7 @@ class Trainer:
     def state_dict(self, rng_per_rank: list) -> dict:
         return {
             "model": self.model.state_dict(),
+            **({"ema": self.ema_model.state_dict()} if self.ema_model is not None else {}),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict(),
@@ -289,6 +294,8 @@ class Trainer:
                                 f". Rerun with the original settings, or use a new --exp-dir (or move {path.parent} "
                                 "away) to start over.")
         self.model.load_state_dict(st["model"])
+        if self.ema_model is not None:
+            self.ema_model.load_state_dict(st["ema"])
         self.optimizer.load_state_dict(st["optimizer"])
         self.scheduler.load_state_dict(st["scheduler"])
         self.scaler.load_state_dict(st["scaler"])
@@ -522,8 +529,13 @@ class Trainer:
 
     def _forward(self, batch: dict) -> torch.Tensor:
         """Sum over the batch's utterances of the per-utterance loss (float32 scalar)."""
+        from asrkit.model.asr import NoFramesError
+
         with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
-            out = self.ddp_model(batch)
+            try:
+                out = self.ddp_model(batch)
+            except NoFramesError as e:
+                raise e.naming(batch["ids"]) from None
         return out["loss"].float() * out["n_utts"]
 
     def _micro_batch(self, batch: Optional[dict], total: int, micro: int, sync: bool) -> str:
@@ -592,8 +604,20 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
         self.step += 1
+        if self.ema_model is not None:
+            self._update_ema()
         self._consecutive_bad = 0
         return True
+
+    @torch.no_grad()
+    def _update_ema(self) -> None:
+        d = min(self.cfg.train.ema_decay, (1.0 + self.step) / (10.0 + self.step))
+        ema, cur = self.ema_model.state_dict(), self.model.state_dict()
+        floats = [k for k, v in ema.items() if v.is_floating_point()]
+        torch._foreach_lerp_([ema[k] for k in floats], [cur[k].detach() for k in floats], 1.0 - d)
+        for k, v in ema.items():
+            if not v.is_floating_point():
+                v.copy_(cur[k])
 
     def _after_step(self, bar) -> None:
         cfg = self.cfg
@@ -626,8 +650,9 @@ class Trainer:
 
         mine = list(self.dev_cuts)[self.dist.rank::self.dist.world_size]
         pairs, tot_loss, n = [], 0.0, 0
+        model = self.ema_model if self.ema_model is not None else self.model
         if mine:
-            self.model.eval()
+            model.eval()
             loader = self._loader(make_eval_sampler(CutSet.from_cuts(mine), max_duration=self.cfg.data.max_duration),
                                   train=False)
             with _rng_untouched(stable_seed(self.seed, "dev", self.dist.rank)):
@@ -637,8 +662,8 @@ class Trainer:
                     continue
                 batch = _to(batch, self.device)
                 with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
-                    out = self.model(batch)
-                    enc = self.model.encode(batch["feats"], batch["feat_lens"], batch["times"])
+                    out = model(batch)
+                enc = out["enc"]
                 tot_loss += float(out["loss"]) * out["n_utts"]
                 n += out["n_utts"]
                 for i, hyp in enumerate(ctc_greedy(enc.log_probs, enc.lengths)):

@@ -90,3 +90,26 @@ def test_average_errors_and_atomic_output(exp, monkeypatch, capsys):
     assert (checkpoint_dir(exp) / "averaged.pt").read_bytes() == before
     assert sorted(p.name for p in checkpoint_dir(exp).iterdir() if p.name.startswith(".")) == []
     assert "averaged.pt" not in read_index(exp)
+
+
+def test_ema_weights_are_decoded_and_averaged(exp):
+    """A checkpoint of a run with train.ema_decay holds "ema": decode loads it (unless told to use
+    the raw weights) and averaging averages the moving averages."""
+    from asrkit.decode.run import load_model
+
+    exp, models = exp
+    d = checkpoint_dir(exp)
+    emas = []
+    for e in (4, 5):
+        p = d / f"epoch-{e:04d}.pt"
+        st = torch.load(p, weights_only=False)
+        st["ema"] = {k: v * 0.5 if v.is_floating_point() else v for k, v in st["model"].items()}
+        emas.append(st["ema"])
+        torch.save(st, p)
+    model, _, _ = load_model(exp, "last")
+    assert _close(model.state_dict(), emas[1])
+    model, _, _ = load_model(exp, "last", ema=False)
+    assert _close(model.state_dict(), models[4])
+    assert average.main(["--exp-dir", str(exp), "--num", "2", "--by", "last"]) == 0
+    st = torch.load(d / "averaged.pt", weights_only=False)
+    assert _close(st["model"], {k: (emas[0][k].double() + emas[1][k].double()) / 2 for k in emas[0]})

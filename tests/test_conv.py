@@ -105,6 +105,14 @@ def test_pooling_that_leaves_no_frames_names_the_utterance():
     feats, lens, times = _batch([64, 5, 30])
     with pytest.raises(ValueError, match=r"utterance 1 of the batch.*pool_layers=3.*at least 8"):
         m.encode(feats, lens, times)
+    # where the batch's utterance ids are known (decoding, training) the error names the utterance
+    from asrkit.decode.run import Decoder
+    from asrkit.tokenizer import CharTokenizer
+
+    cfg = _cfg("encoder.options={kernel: 3, frontend_channels: 4, pool_ceil: false}")
+    batch = {"feats": feats, "feat_lens": lens, "times": times, "ids": ["spk-1-0001", "spk-1-0002", "spk-1-0003"]}
+    with pytest.raises(ValueError, match=r"utterance 'spk-1-0002': conv encoder: utterance 1 of the batch"):
+        Decoder(m, cfg, CharTokenizer())(batch)
 
 
 @pytest.mark.parametrize("override,needle", [

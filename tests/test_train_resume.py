@@ -32,7 +32,7 @@ def _log(exp) -> str:
 
 def test_kill9_then_rerun_equals_uninterrupted_run(corpus, tmp_path):
     kw = dict(encoder__n_layers=3, encoder__layer_drop=0.3, encoder__dropout=0.1, frontend__dropout=0.1,
-              data__num_workers=1, train__max_epochs=3, train__ckpt_every_steps=2)
+              data__num_workers=1, train__max_epochs=3, train__ckpt_every_steps=2, train__ema_decay=0.9)
     ovr = H.overrides(corpus, dev=True, **kw)
     ref = tmp_path / "ref"
     assert H.run_inprocess(ref, ovr) == 0
@@ -62,6 +62,10 @@ def test_kill9_then_rerun_equals_uninterrupted_run(corpus, tmp_path):
     m = re.search(r"resumed from \S+/(step-\d+)\.pt: epoch (\d+), batch (\d+), step (\d+)", _log(exp))
     assert m and int(m.group(3)) > 0 and int(m.group(4)) >= killed_at, _log(exp)[-2000:]
     assert H.bitwise_equal(H.last_params(exp), H.last_params(ref))
+    # the weights' moving average is restored too (and is not the weights themselves)
+    ema = lambda e: torch.load(list_checkpoints(e)[-1], weights_only=False)["ema"]  # noqa: E731
+    assert H.bitwise_equal(ema(exp), ema(ref))
+    assert not H.bitwise_equal(ema(ref), H.last_params(ref))
     a, b = H.info(exp), H.info(ref)
     assert a["steps"] == b["steps"] and a["epochs_completed"] == 3
     # the per-epoch dev WERs recorded for averaging agree too

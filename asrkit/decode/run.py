@@ -23,8 +23,9 @@ from asrkit.utils import atomic_write, setup_logging
 logger = logging.getLogger(__name__)
 
 
-def load_model(exp_dir: Path, checkpoint: str = "last", device: str = "cpu"):
-    """(model in eval mode, config, tokenizer) from an experiment dir."""
+def load_model(exp_dir: Path, checkpoint: str = "last", device: str = "cpu", ema: bool = True):
+    """(model in eval mode, config, tokenizer) from an experiment dir. A checkpoint of a run with
+    ``train.ema_decay > 0`` holds the weights' moving average too: used unless ``ema`` is False."""
     from asrkit.checkpoint import resolve_checkpoint
     from asrkit.model import build_model
     from asrkit.tokenizer import load_tokenizer
@@ -36,8 +37,9 @@ def load_model(exp_dir: Path, checkpoint: str = "last", device: str = "cpu"):
     if list(tok.tokens) != st["vocab"]:
         raise ValueError(f"tokenizer {cfg.tokens.path} differs from the one {path} was trained with")
     model = build_model(cfg, tok.vocab_size)
-    model.load_state_dict(st["model"])
-    logger.info("loaded %s (step %s)", path, st.get("step"))
+    use_ema = ema and "ema" in st
+    model.load_state_dict(st["ema"] if use_ema else st["model"])
+    logger.info("loaded %s (step %s%s)", path, st.get("step"), ", EMA weights" if use_ema else "")
     return model.to(device).eval(), cfg, tok
 
 
@@ -63,7 +65,12 @@ class Decoder:
     @torch.no_grad()
     def __call__(self, batch: dict) -> list[str]:
         d = self.cfg.decode
-        enc = self.model.encode(batch["feats"], batch["feat_lens"], batch["times"])
+        from asrkit.model.asr import NoFramesError
+
+        try:
+            enc = self.model.encode(batch["feats"], batch["feat_lens"], batch["times"])
+        except NoFramesError as e:
+            raise e.naming(batch["ids"]) from None
         if d.method == "greedy":
             from asrkit.decode.ctc import ctc_greedy
 
@@ -107,15 +114,15 @@ def _decode_cuts(model, cfg, tok, cut_list: list, hop: float, desc: str, positio
 
 
 def _worker(args) -> tuple[list[dict], float]:
-    exp_dir, checkpoint, cfg_dict, shard, hop, job, threads = args
+    exp_dir, checkpoint, ema, cfg_dict, shard, hop, job, threads = args
     torch.set_num_threads(threads)
-    model, _, tok = load_model(exp_dir, checkpoint)
+    model, _, tok = load_model(exp_dir, checkpoint, ema=ema)
     cfg = config_from_dict(cfg_dict)
     return _decode_cuts(model, cfg, tok, shard, hop, f"decode job {job}", position=job)
 
 
 def decode_set(model, cfg, tok, cuts, out_dir: Path, set_name: str, hop: float, nj: int = 1,
-               exp_dir: Path | None = None, checkpoint: str = "last") -> dict:
+               exp_dir: Path | None = None, checkpoint: str = "last", ema: bool = True) -> dict:
     """Decode one set into ``out_dir`` (hyp.jsonl + decode_info.json). With ``nj > 1`` the set is split
     into ``nj`` contiguous shards decoded by as many processes (each loads the model, with
     cores / nj threads); results keep the manifest order. The RTF is wall time / audio time."""
@@ -130,7 +137,7 @@ def decode_set(model, cfg, tok, cuts, out_dir: Path, set_name: str, hop: float, 
         threads = max(1, torch.get_num_threads() // nj)
         k = -(-len(cut_list) // nj)
         shards = [cut_list[i * k:(i + 1) * k] for i in range(nj)]
-        jobs = [(exp_dir, checkpoint, to_dict(cfg), sh, hop, j, threads) for j, sh in enumerate(shards) if sh]
+        jobs = [(exp_dir, checkpoint, ema, to_dict(cfg), sh, hop, j, threads) for j, sh in enumerate(shards) if sh]
         with mp.get_context("spawn").Pool(len(jobs)) as pool:
             parts = pool.map(_worker, jobs)
         results = [r for part, _ in parts for r in part]
@@ -157,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--exp-dir", type=Path, required=True)
     p.add_argument("--sets", nargs="+", required=True, help="parts of the corpus (cuts manifests) to decode")
     p.add_argument("--checkpoint", default="last", help="last | best | avg | a path")
+    p.add_argument("--raw-weights", action="store_true",
+                   help="decode the trained weights, not their moving average (runs with train.ema_decay > 0)")
     p.add_argument("--suffix", default="", help="decode dir suffix (decode_<set>_<suffix>)")
     p.add_argument("--norm", default=None, help="scoring normalizer (default: the corpus name if known, else none)")
     p.add_argument("--no-score", action="store_true")
@@ -168,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         for key, _ in parse_overrides(args.overrides):
             if not key.startswith("decode."):
                 raise ConfigError(f"only decode.* keys can be overridden at decoding time, got {key!r}")
-        model, cfg, tok = load_model(args.exp_dir, args.checkpoint)
+        model, cfg, tok = load_model(args.exp_dir, args.checkpoint, ema=not args.raw_weights)
         d = to_dict(cfg)
         from asrkit.config import _set_nested
 
@@ -184,11 +193,17 @@ def main(argv: list[str] | None = None) -> int:
 
     corpus_norm = cfg.data.corpus.rstrip("23") if cfg.data.corpus.startswith("tedlium") else cfg.data.corpus
     norm = args.norm or (corpus_norm if corpus_norm in NORMALIZERS else "none")
+    from asrkit.model.asr import NoFramesError
+
     for s in args.sets:
         cuts = load_cuts(cfg.data.manifest_dir, cfg.data.corpus, s)
         name = f"decode_{s}" + (f"_{args.suffix}" if args.suffix else "")
-        info = decode_set(model, cfg, tok, cuts, args.exp_dir / name, s, hop, nj=args.nj,
-                          exp_dir=args.exp_dir, checkpoint=args.checkpoint)
+        try:
+            info = decode_set(model, cfg, tok, cuts, args.exp_dir / name, s, hop, nj=args.nj,
+                              exp_dir=args.exp_dir, checkpoint=args.checkpoint, ema=not args.raw_weights)
+        except NoFramesError as e:
+            print(f"asrkit decode: error: {s}: {e}", file=sys.stderr)
+            return 1
         logger.info("%s: %d utterances, RTF %.4f", s, info["utterances"], info["rtf"])
         if not args.no_score:
             score_dir(args.exp_dir / name, bins=cfg.decode.bins, normalizer=norm)

@@ -10,6 +10,18 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 
+class NoFramesError(ValueError):
+    """An utterance has no frames left after the encoder's time reduction. ``index`` is its position
+    in the batch; whoever holds the batch's utterance ids re-raises it with :meth:`naming`."""
+
+    def __init__(self, message: str, index: int):
+        super().__init__(message)
+        self.index = index
+
+    def naming(self, ids: list) -> "NoFramesError":
+        return NoFramesError(f"utterance {ids[self.index]!r}: {self}", self.index)
+
+
 @dataclass
 class EncoderOutput:
     hidden: Tensor  #: B x T x D
@@ -34,11 +46,12 @@ class AsrModel(nn.Module):
         return EncoderOutput(h, lens, mask, t, log_probs)
 
     def forward(self, batch: dict) -> dict:
-        """Returns ``{"loss": scalar (per utterance), "ctc_loss": ..., ["att_loss": ...], "n_utts": B}``."""
+        """Returns ``{"loss": scalar (per utterance), "ctc_loss": ..., ["att_loss": ...], "n_utts": B,
+        "enc": EncoderOutput}`` (the encoder output lets validation decode without a second pass)."""
         enc = self.encode(batch["feats"], batch["feat_lens"], batch["times"])
         targets, target_lens = batch["targets"], batch["target_lens"]
         B = target_lens.shape[0]
-        out: dict = {"n_utts": B}
+        out: dict = {"n_utts": B, "enc": enc}
         if self.ctc_weight > 0:  # a pure seq2seq model (ctc_weight 0) never computes CTC (it may be inf)
             out["ctc_loss"] = F.ctc_loss(enc.log_probs.transpose(0, 1), targets, enc.lengths, target_lens,
                                          blank=0, reduction="sum", zero_infinity=False) / B

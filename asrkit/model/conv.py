@@ -33,7 +33,8 @@ batch gives exactly the outputs of each utterance alone. Pooling is "same" (ceil
 default: an odd last frame is pooled with a zero frame, output length ``ceil(n / 2)``, and the time
 of output frame j is that of input frame ``2 j``. With ``pool_ceil: false`` ("valid" pooling,
 ``floor(n / 2)``) an utterance shorter than ``pool_size ** pool_layers`` frames has no frames left:
-that is an error naming the utterance's index in the batch, its length and the options at fault.
+that is an error naming the utterance (its id where the caller has the batch: training and decoding), its
+length and the options at fault.
 """
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from asrkit.model import ENCODERS, VALIDATORS
+from asrkit.model.asr import NoFramesError
 from asrkit.model.posenc import POS_ENCODINGS, build_pos_encoding
 from asrkit.model.posenc.base import PositionalEncoding
 
@@ -210,11 +212,11 @@ class ConvEncoder(nn.Module):
         new = torch.div(lengths + (s - 1 if o.pool_ceil else 0), s, rounding_mode="floor")
         if bool((new <= 0).any()):
             b = int((new <= 0).nonzero()[0, 0])
-            raise ValueError(
+            raise NoFramesError(
                 f"conv encoder: utterance {b} of the batch has no frames left after the time pooling of layer "
                 f"{layer} (it had {int(lengths[b])} frames there; encoder.options.pool_layers={o.pool_layers}, "
                 f"pool_size={s}, pool_ceil={str(o.pool_ceil).lower()} need at least {self.time_reduction} input "
-                f"frames). Drop shorter utterances (data.min_duration) or use encoder.options.pool_ceil=true")
+                f"frames). Drop shorter utterances (data.min_duration) or use encoder.options.pool_ceil=true", b)
         times = times[:, ::s][:, : x.shape[1]]
         mask = torch.arange(x.shape[1], device=x.device)[None, :] < new[:, None]
         return x, res, mask, new, times

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Padding-free batching with a variable STFT hop (CAPE appendix C.3) vs the classic padded pipeline,
+# with sinpos and with CAPE: four mini models, everything else identical (data.sampler and
+# encoder.pos_enc apart), the same number of optimizer steps each. Writes
+#   exp/padfree_compare/compare.md + PNGs      WER per duration bin and long-form set, all four
+#   exp/padfree_compare/throughput.md          training throughput (audio-s/s, from train_info.json)
+#   exp/padfree_report/padding.md              padding fraction per sampler on the mini training cuts
+#   exp/padfree_report/padfree_hops.png        histogram of the hops of one epoch (paper Fig. 14)
+#   exp/<pf_sinpos>/hop_curve_test.{md,png}    decoding hop vs WER and speed (paper Fig. 17)
+#   ./run_padfree_compare.sh [--steps 1200] [--encodings "sinpos cape"] [--hops 5,8,10,12,15,20]
+set -euo pipefail
+cd "$(dirname "$0")"
+steps=1200              # training budget per model (train.max_steps): same work for every model
+encodings="sinpos cape"
+train_config=conf/train.yaml
+extra_args=             # more key=value overrides for every model
+hops=5,8,10,12,15,20    # inference hops (ms) of the hop curve
+out=exp/padfree_compare
+__asrkit_opts="steps encodings train_config extra_args hops out"
+. ../../TEMPLATE/asr1/utils/parse_options.sh
+[ $# -eq 0 ] || { echo "$0: unexpected argument(s): $*" >&2; exit 2; }
+
+./run.sh --stop_stage 3   # data and tokens (skipped when done)
+. ./path.sh
+mkdir -p "$out" exp/padfree_report
+max_duration=$(asrkit config "$train_config" | python -c "import sys, yaml; print(yaml.safe_load(sys.stdin)['data']['max_duration'])")
+python -m asrkit.padfree_report padding --cuts data/manifests/mini_cuts_train.jsonl.gz \
+    --max-duration "$max_duration" --out exp/padfree_report
+python -m asrkit.padfree_report hops --cuts data/manifests/mini_cuts_train.jsonl.gz \
+    --max-duration "$max_duration" --out exp/padfree_report
+
+tags=()
+for enc in $encodings; do
+    for sampler in bucketing padfree; do
+        tag=$([ "$sampler" = padfree ] && echo pf || echo pd)_${enc}
+        ./run.sh --stage 4 --stop_stage 6 --tag "$tag" --train_config "$train_config" \
+            --train_args "encoder.pos_enc=$enc data.sampler=$sampler train.max_steps=$steps train.max_minutes=0 $extra_args"
+        tags+=("exp/$tag")
+    done
+done
+asrkit compare "${tags[@]}" --out "$out"
+
+{
+    echo "| model | sampler | steps | audio seconds | wall s | audio-s/s |"
+    echo "| :--- | :--- | ---: | ---: | ---: | ---: |"
+    for t in "${tags[@]}"; do
+        python - "$t" <<'EOF'
+import json, sys, yaml
+t = sys.argv[1]
+i = json.load(open(f"{t}/train_info.json"))
+c = yaml.safe_load(open(f"{t}/config.yaml"))
+print(f"| {t.split('/')[-1]} | {c['data']['sampler']} | {i['steps']} | {i['audio_seconds']:.0f} | "
+      f"{i['train_wall_seconds']:.0f} | {i['audio_sec_per_sec']:.1f} |")
+EOF
+    done
+} > "$out/throughput.md"
+cat "$out/throughput.md"
+
+first_pf=$(for t in "${tags[@]}"; do case "$t" in */pf_*) echo "$t"; break ;; esac; done)
+python -m asrkit.padfree_report hop-curve --exp-dir "$first_pf" --set test --hops "$hops"
+echo "tables: $out/compare.md $out/throughput.md exp/padfree_report/padding.md $first_pf/hop_curve_test.md"
