@@ -39,6 +39,7 @@ class RelPos(PositionalEncoding):
     attention = ("softmax",)
     first_only = False
     block = 128  #: query rows per block of the bias computation
+    toeplitz = True  #: use the strided (index-free) path when the frames are regular
 
     @dataclass
     class Options:
@@ -71,16 +72,25 @@ class RelPos(PositionalEncoding):
             t = t[ref : ref + 1]
         u = t.to(torch.float64) / self.opts.frame_step  # B|1 x T
         K, T = self.max_lag, u.shape[1]
+        # regular frames (one shared grid of exactly one lag unit per frame, the padded pipeline):
+        # r(i, j) = clip(j - i), a Toeplitz lag matrix, so no index tensor is needed at all
+        steps = u[0] - u[0, :1] - torch.arange(T, dtype=u.dtype, device=u.device)
+        regular = self.toeplitz and u.shape[0] == 1 and float(steps.abs().max()) < 0.25
         u_min, u_max = float(u.min()), float(u.max())
         blocks = []
         for i0 in range(0, T, self.block):
-            ub = u[:, i0 : i0 + self.block]
+            i1 = min(T, i0 + self.block)
+            if regular:  # the block's lags -(i1 - 1) .. T - 1 - i0, as rows of the (clipped) table
+                rows = torch.arange(-(i1 - 1), T - i0, device=u.device).clamp_(-K, K).add_(K)
+                blocks.append((i0, i1, rows, None))
+                continue
+            ub = u[:, i0:i1]
             # lag range of the block without forming it: round and clip are monotone
             lo = int(max(-K, round(u_min - float(ub.max()))))
             hi = int(min(K, round(u_max - float(ub.min()))))
             index = torch.round(u[:, None, :] - ub[:, :, None]).clamp_(-K, K).sub_(lo).long()
-            blocks.append((i0, i0 + ub.shape[1], K + lo, K + hi + 1, index[:, None]))  # B|1 x 1 x b x T
-        return PosState(times=times, mask=mask, extra={"rel_blocks": blocks})
+            blocks.append((i0, i1, (K + lo, K + hi + 1), index[:, None]))  # B|1 x 1 x b x T
+        return PosState(times=times, mask=mask, extra={"rel_blocks": blocks, "rel_regular": regular})
 
     def table(self, layer: int) -> Optional[Tensor]:
         if self.first_only:
@@ -95,19 +105,33 @@ class RelPos(PositionalEncoding):
         return _RelBias.apply(q, scaled, state.extra["rel_blocks"])
 
 
+def _skew(s: Tensor, T: int) -> Tensor:
+    """View of a block's products ``s`` (B x H x b x W, W = T + b - 1 lags -(i1-1) .. T-1-i0) as its
+    B x H x b x T bias: row r, key j reads column ``j + b - 1 - r`` (the lag j - i). A strided view:
+    no copy, no index."""
+    B, H, b, W = s.shape
+    return s.as_strided((B, H, b, T), (H * b * W, b * W, W - 1, 1), s.storage_offset() + b - 1)
+
+
 class _RelBias(torch.autograd.Function):
     """bias[b, h, i, j] = q[b, h, i] . A[r(i, j)], block by block (see module doc), written in place
     into one B x H x T x T tensor; the backward scatters the bias gradient back per block and
-    never keeps the per-block products S."""
+    never keeps the per-block products S. Regular frames (``index`` None): the block's lags are
+    consecutive, so the bias is a strided view of S (Transformer-XL's relative shift) and its
+    gradient a strided copy; otherwise a gather / scatter-add with the block's lag index."""
 
     @staticmethod
     def forward(ctx, q: Tensor, table: Tensor, blocks: list) -> Tensor:
         B, H, T, _ = q.shape
         with torch.autocast(q.device.type, enabled=False):
             out = q.new_empty(B, H, T, T)
-            for i0, i1, r0, r1, index in blocks:
-                s = torch.matmul(q[:, :, i0:i1], table[r0:r1].t())  # B x H x b x W_b
-                torch.gather(s, -1, index.expand(B, H, i1 - i0, T), out=out[:, :, i0:i1])
+            for i0, i1, rows, index in blocks:
+                if index is None:
+                    s = torch.matmul(q[:, :, i0:i1], table[rows].t())  # B x H x b x (T + b - 1)
+                    out[:, :, i0:i1] = _skew(s, T)
+                else:
+                    s = torch.matmul(q[:, :, i0:i1], table[rows[0]:rows[1]].t())  # B x H x b x W_b
+                    torch.gather(s, -1, index.expand(B, H, i1 - i0, T), out=out[:, :, i0:i1])
         ctx.save_for_backward(q, table)
         ctx.blocks = blocks
         return out
@@ -120,13 +144,23 @@ class _RelBias(torch.autograd.Function):
         grad = grad.to(q.dtype)
         gq = torch.empty_like(q) if ctx.needs_input_grad[0] else None
         gt = torch.zeros_like(table) if ctx.needs_input_grad[1] else None
-        for i0, i1, r0, r1, index in ctx.blocks:
-            ds = grad.new_zeros(B, H, i1 - i0, r1 - r0)
-            ds.scatter_add_(-1, index.expand(B, H, i1 - i0, T), grad[:, :, i0:i1])
+        for i0, i1, rows, index in ctx.blocks:
+            if index is None:
+                tab = table[rows]
+                ds = grad.new_zeros(B, H, i1 - i0, tab.shape[0])
+                _skew(ds, T).copy_(grad[:, :, i0:i1])
+            else:
+                tab = table[rows[0]:rows[1]]
+                ds = grad.new_zeros(B, H, i1 - i0, tab.shape[0])
+                ds.scatter_add_(-1, index.expand(B, H, i1 - i0, T), grad[:, :, i0:i1])
             if gq is not None:
-                gq[:, :, i0:i1] = torch.matmul(ds, table[r0:r1])
+                gq[:, :, i0:i1] = torch.matmul(ds, tab)
             if gt is not None:
-                gt[r0:r1] += ds.reshape(-1, r1 - r0).t() @ q[:, :, i0:i1].reshape(-1, Dh)
+                g = ds.reshape(-1, tab.shape[0]).t() @ q[:, :, i0:i1].reshape(-1, Dh)
+                if index is None:
+                    gt.index_add_(0, rows, g)
+                else:
+                    gt[rows[0]:rows[1]] += g
         return gq, gt, None
 
 

@@ -81,7 +81,8 @@ if run_stage 2 $markers "manifests: audio check, long-form windows"; then
     finish_stage 2 $markers
 fi
 
-if run_stage 3 $markers "tokens ($token_type)"; then
+tok_markers=$markers/$(basename "${token_file%.json}")  # one marker per tokenizer: several may coexist
+if run_stage 3 "$tok_markers" "tokens ($token_type)"; then
     cuts=""; for s in $train_sets; do cuts="$cuts $manifest_dir/${corpus}_cuts_${s}.jsonl.gz"; done
     # shellcheck disable=SC2086
     asrkit tokens --cuts $cuts --kind "$token_type" --vocab-size "$nbpe" --out "$token_file"
@@ -90,7 +91,7 @@ if run_stage 3 $markers "tokens ($token_type)"; then
         asrkit lm train --text $cuts $lm_text --order "$lm_order" --out "data/lm/${lm_order}gram.arpa"
         asrkit lm graph --tokens "$token_file" --arpa "data/lm/${lm_order}gram.arpa" --out "data/lm/graph_$(basename "${token_file%.json}")_${lm_order}gram"
     fi
-    finish_stage 3 $markers
+    finish_stage 3 "$tok_markers"
 fi
 
 train_sets_yaml="[$(echo $train_sets | sed 's/ /, /g')]"

@@ -5,7 +5,7 @@
 #   ./run_conv.sh                        both models, all stages (finished ones are skipped)
 #   ./run_conv.sh --pos_encs "nopos"     only one of them
 #   ./run_conv.sh --train_args "train.max_minutes=30"  extra overrides for both
-# Stages 1-3 (data, manifests, tokens) are the ones of ./run.sh and are shared with it.
+# Stages 1-2 (data, manifests) are the ones of ./run.sh and shared with it; stage 3 adds a BPE tokenizer.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -14,17 +14,21 @@ pos_encs="concat_sin nopos"
 train_args=
 decode_args=
 min_span=4
-__asrkit_opts="config pos_encs train_args decode_args min_span"
+token_type=bpe
+nbpe=400
+__asrkit_opts="config pos_encs train_args decode_args min_span token_type nbpe"
 . ../../TEMPLATE/asr1/utils/parse_options.sh
 [ $# -eq 0 ] || { echo "$0: unexpected argument(s): $*" >&2; exit 2; }
 . ./path.sh
 
-./run.sh --stage 1 --stop_stage 3
+# word pieces, not run.sh's letters: 80 ms per encoder frame is too coarse for letters' CTC
+toks=(--token_type "$token_type" --nbpe "$nbpe")
+./run.sh --stage 1 --stop_stage 3 "${toks[@]}"
 name=$(basename "${config%.*}")
 dirs=()
 for pos in $pos_encs; do
     if [ "$pos" = concat_sin ]; then tag=${name}_pos; args=""; else tag=${name}_${pos}; args="encoder.pos_enc=$pos encoder.pos={}"; fi
-    ./run.sh --stage 4 --stop_stage 6 --train_config "$config" --tag "$tag" \
+    ./run.sh --stage 4 --stop_stage 6 --train_config "$config" --tag "$tag" "${toks[@]}" \
         --train_args "$args $train_args" --decode_args "$decode_args"
     dirs+=("exp/$tag")
 done
