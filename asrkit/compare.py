@@ -20,6 +20,7 @@ import argparse
 import io
 import logging
 import math
+import re
 import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
@@ -84,6 +85,39 @@ def _long_form_sets(results: Results, sets: list[str]) -> list[str]:
     return [s for s in sets if any(r.get(s, {}).get("windows") for r in results.values())]
 
 
+#: one window size per decoded set, as ``asrkit cuts --longform`` names them: ``<part>-longform<W>``
+_WINDOW_SET = re.compile(r"^(?P<base>.+-longform)(?P<w>\d+(?:\.\d+)?)$")
+
+
+def _window_series(results: Results, sets: list[str]) -> tuple[Results, list[str]]:
+    """The long-form sets for the window table and plot. Sets decoded one window size each
+    (``test-longform10``, ``test-longform20``, ...) are joined into one series per part, named
+    ``<part>-longform windows``, so each experiment is one line over the window sizes; other
+    long-form sets are kept as they are."""
+    lf = _long_form_sets(results, sets)
+    groups: dict[str, list[str]] = {}
+    for s in lf:
+        m = _WINDOW_SET.match(s)
+        if m:
+            groups.setdefault(m["base"], []).append(s)
+    merged: Results = {name: dict(r) for name, r in results.items()}
+    out: list[str] = []
+    for s in lf:
+        m = _WINDOW_SET.match(s)
+        if not m or len(groups[m["base"]]) < 2:
+            out.append(s)
+            continue
+        key = f"{m['base']} windows"
+        if key in out:
+            continue
+        out.append(key)
+        for name, r in results.items():
+            wins = [w for t in groups[m["base"]] for w in r.get(t, {}).get("windows", [])]
+            if wins:
+                merged[name][key] = {"windows": sorted(wins, key=lambda w: float(w["window"]))}
+    return merged, out
+
+
 def format_compare_md(results: Results, sets: list[str], plots: Sequence[str] = ()) -> str:
     """The ``compare.md`` text for ``{experiment: {set: wer.json}}`` over ``sets``."""
     header, cols = ["Experiment"], []
@@ -112,16 +146,16 @@ def format_compare_md(results: Results, sets: list[str], plots: Sequence[str] = 
         *md_table(header, rows),
         "",
     ]
-    lf = _long_form_sets(results, sets)
+    wres, lf = _window_series(results, sets)
     if lf:
         header, cols = ["Experiment"], []
         for s in lf:
-            labels = window_labels([r[s] for r in results.values() if s in r])
+            labels = window_labels([r[s] for r in wres.values() if s in r])
             header += [f"{s} {lab}" for lab in labels]
             cols += [(s, lab) for lab in labels]
         rows = [
             [name, *(fmt_wer(_window_wer(r.get(s), lab)) for s, lab in cols)]
-            for name, r in results.items()
+            for name, r in wres.items()
         ]
         out += ["## Long-form: WER per window size", "", *md_table(header, rows), ""]
     for p in plots:
@@ -189,7 +223,7 @@ def plot_wer_vs_window(results: Results, sets: list[str], path: Pathlike) -> Opt
     experiment. ``None`` if there is no long-form set."""
     from matplotlib.figure import Figure
 
-    sets = _long_form_sets(results, sets)
+    results, sets = _window_series(results, sets)
     if not sets:
         return None
     nrows, ncols = _grid(len(sets))

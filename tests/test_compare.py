@@ -153,3 +153,21 @@ def test_compare_cli_sets_and_names(exps, tmp_path, capsys):
     capsys.readouterr()
     assert compare.main([str(a), str(b), "--out", str(out), "--names", "only-one"]) == 1
     assert "1 name(s)" in capsys.readouterr().err
+
+
+def test_window_sets_decoded_one_size_each_form_one_series(tmp_path):
+    """``test-longform10``, ``test-longform20`` (one window size per decoded set, as ``asrkit cuts
+    --longform`` writes them) become one long-form series: one table row / plot line per experiment."""
+    exps = []
+    for name, errs in (("nopos", (0, 1)), ("cape", (1, 2))):
+        e = tmp_path / name
+        for w, n_err in zip((10, 20), errs):
+            rows = [{"id": f"u{w}", "ref": "a b c d", "hyp": " ".join(["x"] * n_err + list("abcd"[n_err:])),
+                     "duration": float(w), "window": w}]
+            _decode_dir(e, f"test-longform{w}", rows)
+        exps.append(e)
+    md = compare_experiments(exps, tmp_path / "cmp").read_text()
+    lf = _table_rows(md.split("## Long-form")[1], "Experiment")
+    assert list(lf["cape"]) == ["Experiment", "test-longform windows 10s", "test-longform windows 20s"]
+    assert lf["nopos"]["test-longform windows 10s"] == "0.00" and lf["cape"]["test-longform windows 20s"] == "50.00"
+    assert (tmp_path / "cmp" / "wer_vs_window.png").read_bytes().startswith(PNG_MAGIC)

@@ -10,7 +10,7 @@ beam=8
 lm_order=3
 lm_weight=0.5
 word_bonus=0.0
-tokens=data/tokens/unigram400.json
+tokens=data/tokens/letters.json
 nj=2
 __asrkit_opts="exp sets beam lm_order lm_weight word_bonus tokens nj"
 . ../../TEMPLATE/asr1/utils/parse_options.sh
