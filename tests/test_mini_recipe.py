@@ -84,3 +84,36 @@ def test_parse_options_both_spellings(tmp_path):
     assert out.stdout.strip() == "3 x"
     out = subprocess.run(["bash", str(script), "--qux", "3"], capture_output=True, text=True)
     assert out.returncode == 2 and "unknown option --qux" in out.stderr
+
+
+def _run_script(d: Path, script: str, *args):
+    p = subprocess.run(["bash", script, *args], cwd=d, env=_env(), capture_output=True, text=True, timeout=900)
+    if p.returncode != 0:
+        raise AssertionError(f"{script} {' '.join(args)} failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-5000:]}")
+    return p
+
+
+@pytest.mark.slow
+def test_comparison_scripts_smoke(recipe):
+    """The mini comparison scripts run end to end (tiny models, a few steps) and write their tables."""
+    _run(recipe, *SMOKE, "--stop_stage", "3")  # the tiny corpus (skipped when the test above made it)
+    tiny = ["--train_config", "conf/train_smoke.yaml"]
+    _run_script(recipe, "run_pos_compare.sh", "--encodings", "nopos relpos spe_sine", "--steps", "2",
+                "--windows", "10 20", *tiny)
+    md = (recipe / "exp" / "pos_compare" / "compare.md").read_text()
+    assert all(f"| pos_{e} |" in md for e in ("nopos", "relpos", "spe_sine"))
+    assert "test-longform windows 10s" in md and (recipe / "exp" / "pos_compare" / "wer_vs_window.png").is_file()
+
+    _run_script(recipe, "run_padfree_compare.sh", "--encodings", "cape", "--steps", "2", "--hops", "10,20", *tiny)
+    out = recipe / "exp" / "padfree_compare"
+    assert "| pd_cape |" in (out / "compare.md").read_text() and "| pf_cape | padfree | 2 |" in (out / "throughput.md").read_text()
+    assert (recipe / "exp" / "padfree_report" / "padfree_hops.png").is_file()
+    assert "padding-free" in (recipe / "exp" / "padfree_report" / "padding.md").read_text()
+    assert (recipe / "exp" / "pf_cape" / "hop_curve_test.png").is_file()
+
+    _run_script(recipe, "run_conv.sh", "--nbpe", "40", "--train_args", "train.max_steps=2 train.max_minutes=0",
+                "--decode_args", "decode.beam=2")
+    for tag in ("conv_gated_small_pos", "conv_gated_small_nopos"):
+        wer = json.loads((recipe / "exp" / tag / "decode_test" / "wer.json").read_text())
+        assert wer["overall"]["snt"] > 0
+    assert (recipe / "exp" / "conv_gated_small_errors_vs_length_test.png").is_file()
