@@ -9,12 +9,17 @@ bypassed, so T is the number of frames *after* the frontend; full-length batch, 
 Every encoding runs against ``nopos`` in the same run, and ``nopos`` against
 ``torch.nn.TransformerEncoder`` of the same size (same dropout, post-LN, batch_first).
 SPE needs linear attention, so it is compared with ``nopos`` on the same linear attention and is
-also run at longer T to show memory growing linearly.
+also run at longer T to show memory growing linearly. The row ``relpos (bias materialized)`` runs
+relpos without the fused CPU attention (:func:`asrkit.model.attention.attention_qbias`): the A/B of
+that optimization (``--lengths 1000 --long --only relpos`` for just those rows).
 
-Method. Time: for each T, one subprocess builds every row's model, runs a tiny warm-up step
-each (loads kernels), then ``--reps`` rounds in which every row runs one full step, and keeps each
-row's *fastest* step. Interleaving makes a change of load on a shared machine hit all rows
-alike; the minimum is the least disturbed estimate. Memory: each (row, T) runs in a fresh
+Method. Time: for each T and each row, one subprocess builds the row's model and its base row's
+(``nopos`` on the same attention), runs a tiny warm-up step each (loads kernels), then
+``--reps`` rounds in which both run one full step, in a random order each round. A row's time is
+its median step; its ratio is the median over rounds of (its step / the base row's step in the
+same round): a slow spell of the machine (this is a VM whose wall time of one step varies by
++-20 %) hits both sides of each ratio alike, and no row shares its process (allocator, caches)
+with any model but its base. Memory: each (row, T) runs in a fresh
 subprocess: build, tiny warm-up, read the resident set size (RSS, /proc/self/statm), one full
 step; peak memory is the process high-water mark ``ru_maxrss`` (getrusage) minus that RSS: the
 extra memory the forward + backward really touched (activations saved for backward, temporaries,
@@ -34,7 +39,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -49,6 +56,7 @@ POS_ENC_ROWS: list[tuple] = [
     ("abspos", "abspos", "softmax"),
     ("relpos", "relpos", "softmax"),
     ("relpos (6 s context)", "relpos", "softmax", ["encoder.pos.context_s=6.0"]),
+    ("relpos (bias materialized)", "relpos", "softmax", ["!materialize"]),  # the unfused path, for A/B
     ("relpos_first", "relpos_first", "softmax"),
     ("cape", "cape", "softmax"),
     ("shape", "shape", "softmax"),
@@ -81,6 +89,8 @@ def _build(pos_enc: str, attention: str, extra: list[str]):
     from asrkit.config import load_config
     from asrkit.model.transformer import TransformerEncoder
 
+    materialize = "!materialize" in extra  # run relpos through the materialized bias + SDPA-style path
+    extra = [e for e in extra if e != "!materialize"]
     cfg = load_config(None, [
         f"encoder.pos_enc={pos_enc}", f"encoder.attention={attention}", f"encoder.d_model={D_MODEL}",
         f"encoder.n_layers={N_LAYERS}", f"encoder.n_heads={N_HEADS}", f"encoder.d_ff={D_FF}",
@@ -88,7 +98,14 @@ def _build(pos_enc: str, attention: str, extra: list[str]):
     ])
     enc = TransformerEncoder(cfg.encoder, cfg.features.n_mels, cfg.frontend)
     torch.manual_seed(0)
-    return lambda x, lens, times: enc.forward_frames(x, lens, times)[0]
+
+    def fwd(x, lens, times):
+        import asrkit.model.attention as attention
+
+        attention.FUSE_QBIAS = not materialize
+        return enc.forward_frames(x, lens, times)[0]
+
+    return fwd
 
 
 def _step_fn(fwd, B: int):
@@ -108,7 +125,7 @@ def _step_fn(fwd, B: int):
 
 def _pos_enc_time_worker(spec: dict) -> dict:
     """Timing of all rows at one T, in one process, interleaved: round r runs every row once, so
-    a change of load on the machine hits all rows alike. Returns label -> fastest wall / CPU time."""
+    a change of load on the machine hits all rows alike. Returns label -> median wall / CPU time and every round's."""
     import torch
 
     torch.set_num_threads(spec["threads"])
@@ -118,12 +135,15 @@ def _pos_enc_time_worker(spec: dict) -> dict:
         step(8)
     wall: dict[str, list] = {k: [] for k in steps}
     cpu: dict[str, list] = {k: [] for k in steps}
-    for _ in range(spec["reps"]):
-        for label, step in steps.items():
-            w, c = step(spec["T"])
+    order = list(steps)
+    for r in range(spec["reps"]):
+        random.Random(r).shuffle(order)  # no row always runs right after another one
+        for label in order:
+            w, c = steps[label](spec["T"])
             wall[label].append(w)
             cpu[label].append(c)
-    return {k: {"time_s": min(wall[k]), "cpu_s": min(cpu[k]), "all_s": wall[k]} for k in steps}
+    return {k: {"time_s": statistics.median(wall[k]), "cpu_s": statistics.median(cpu[k]), "all_s": wall[k],
+                "all_cpu_s": cpu[k]} for k in steps}
 
 
 def _pos_enc_mem_worker(spec: dict) -> dict:
@@ -162,30 +182,67 @@ def _fmt_ratio(v: Optional[float], base: Optional[float]) -> str:
     return f"{v / base:.2f}x" if v is not None and base else "-"
 
 
+def _paired_ratio(r: dict, key: str = "all_s", invert: bool = False) -> str:
+    """Median over rounds of (row time / base time) in the same round of the same process: a slow
+    spell of the machine hits both sides of each ratio alike."""
+    pairs = zip(r[key], r["base_" + key])
+    return f"{statistics.median((y / x) if invert else (x / y) for x, y in pairs):.2f}x"
+
+
+def _base_label(row: tuple) -> str:
+    """The row a row is compared with: ``nopos`` on the same attention (``nopos`` for torch)."""
+    label, pos_enc, attention = row[:3]
+    return "nopos" if attention == "softmax" else f"nopos + {attention}"
+
+
+def _reps(T: int, reps: int = 0) -> int:
+    return reps or (9 if T <= 1000 else 3 if T <= 3000 else 2)
+
+
 def bench_pos_enc(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="asrkit bench pos_enc", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="T = 100, 300 (+1000 for linear attention): a smoke run")
     p.add_argument("--out", type=Path, help="also write the table as Markdown to this file")
     p.add_argument("--batch", type=int, default=1, help="utterances per batch (all full length)")
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--reps", type=int, default=0, help="timing rounds (default 7 / 4 / 2 for T <= 300 / 1000 / more)")
+    p.add_argument("--reps", type=int, default=0, help="timing rounds (default 9 / 3 / 2 for T <= 1000 / 3000 / more)")
     p.add_argument("--lengths", type=int, nargs="+", help="frame counts for all rows (default 100 1000 3000)")
     p.add_argument("--long", type=int, nargs="*", help="extra lengths for linear-attention rows (default 10000)")
     p.add_argument("--only", nargs="+", help="only rows whose label contains one of these")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per measurement")
     args = p.parse_args(argv)
+    import torch  # noqa: F401  (fail here, clearly, rather than in every worker)
+
     lengths = args.lengths or ([100, 300] if args.quick else [100, 1000, 3000])
     long = args.long if args.long is not None else ([1000] if args.quick else [10000])
     long = [t for t in long if t not in lengths]
-    rows = [r for r in POS_ENC_ROWS if not args.only or any(o in r[0] for o in args.only) or r[0] in ("nopos", "nopos + linear_relu", "nopos + linear_favor")]
+    rows = [r for r in POS_ENC_ROWS if not args.only or any(o in r[0] for o in args.only)]
+    bases = {_base_label(r) for r in rows}  # plus the base rows they are measured against
+    rows = [r for r in POS_ENC_ROWS if r in rows or r[0] in bases]
     res: dict[tuple[str, int], Optional[dict]] = {}
     t_start = time.time()
     for T in lengths + long:
         todo = [(label, pe, att, extra[0] if extra else []) for label, pe, att, *extra in rows
                 if T not in long or att.startswith("linear")]
-        reps = args.reps or (7 if T <= 300 else 4 if T <= 1000 else 2)
-        spec = dict(T=T, batch=args.batch, threads=args.threads, reps=reps, rows=todo)
-        times = _run_worker("_pos_enc_time_worker", spec, args.timeout * len(todo)) or {}
+        reps = _reps(T, args.reps)
+        by_label = {row[0]: row for row in todo}
+        times: dict[str, dict] = {}
+        base_runs: dict[str, list] = {}
+        for row in todo:  # every row in its own process, against its base row in the same process
+            label, _, attention, _ = row
+            base = _base_label(row)
+            if label == base:
+                continue
+            spec = dict(T=T, batch=args.batch, threads=args.threads, reps=reps, rows=[by_label[base], row])
+            r = _run_worker("_pos_enc_time_worker", spec, args.timeout * 2)
+            if r is not None:
+                times[label] = dict(r[label], base_all_s=r[base]["all_s"], base_all_cpu_s=r[base]["all_cpu_s"])
+                base_runs.setdefault(base, []).append(r[base])
+        for base, runs in base_runs.items():
+            all_s = [x for run in runs for x in run["all_s"]]
+            all_cpu = [x for run in runs for x in run["all_cpu_s"]]
+            times[base] = {"time_s": statistics.median(all_s), "cpu_s": statistics.median(all_cpu),
+                           "all_s": all_s, "all_cpu_s": all_cpu, "base_all_s": all_s, "base_all_cpu_s": all_cpu}
         for label, pos_enc, attention, extra in todo:
             mem = _run_worker("_pos_enc_mem_worker", dict(pos_enc=pos_enc, attention=attention, T=T, batch=args.batch,
                                                           threads=args.threads, extra=extra), args.timeout)
@@ -198,7 +255,10 @@ def bench_pos_enc(argv: list[str]) -> int:
         f"# pos_enc benchmark: {N_LAYERS} layers, d={D_MODEL}, {N_HEADS} heads, d_ff={D_FF}, batch {args.batch}, "
         f"{args.threads} CPU threads, forward+backward (train mode)",
         "",
-        "Time = fastest of the rounds (all rows of a T in one process, interleaved); memory = peak RSS "
+        f"Time = median over {'/'.join(str(_reps(T, args.reps)) for T in lengths + long)} rounds (T = "
+        f"{'/'.join(str(T) for T in lengths + long)}); every row runs in its own process together with its base row, "
+        "the two alternating in a random order each round; time ratio = median over rounds of the ratio to the base "
+        "row in the same round (base rows: all their rounds); memory = peak RSS "
         "increase during one forward+backward (fresh process per cell). Ratios: vs `nopos` with the same attention (softmax rows) / vs "
         "`nopos + <same linear attention>` (linear rows); `torch.nn.TransformerEncoder` row: nopos vs torch "
         "(nopos time / torch time).",
@@ -209,32 +269,25 @@ def bench_pos_enc(argv: list[str]) -> int:
     cpu_lines = ["", "Same runs, ratios of process CPU time (user + sys, all threads; less sensitive to other "
                  "processes on a shared machine than wall time):", "",
                  "| encoding | " + " | ".join(f"T={T}" for T in all_T) + " |", "|---|" + "---:|" * len(all_T)]
-    for label, pos_enc, attention, *_ in rows:
-        base_label = "nopos" if attention == "softmax" else f"nopos + {attention}"
-        cells = []
+    for row in rows:
+        label, pos_enc = row[0], row[1]
+        base_label = _base_label(row)
+        cells, cpu_cells = [], []
         for T in all_T:
-            r = res.get((label, T))
+            r, b = res.get((label, T)), res.get((base_label, T))
             if r is None:
                 cells.append("- | - | - | -")
-                continue
-            if pos_enc == "torch":
-                nb = res.get(("nopos", T))
-                ratio_t = _fmt_ratio(nb["time_s"], r["time_s"]) if nb else "-"
-                ratio_m = _fmt_ratio(nb["peak_mb"], r["peak_mb"]) if nb else "-"
-            else:
-                b = res.get((base_label, T))
-                ratio_t = _fmt_ratio(r["time_s"], b["time_s"] if b else None)
-                ratio_m = _fmt_ratio(r["peak_mb"], b["peak_mb"] if b else None)
-            cells.append(f"{1000 * r['time_s']:.0f} | {ratio_t} | {r['peak_mb']:.0f} | {ratio_m}")
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-        cpu_cells = []
-        for T in all_T:
-            r = res.get((label, T))
-            b = res.get(("nopos", T) if pos_enc == "torch" else (base_label, T))
-            if r is None or b is None:
                 cpu_cells.append("-")
+                continue
+            inv = pos_enc == "torch"  # that row shows nopos / torch
+            ratio_t, ratio_c = _paired_ratio(r, invert=inv), _paired_ratio(r, "all_cpu_s", invert=inv)
+            if b is None:
+                ratio_m = "-"
             else:
-                cpu_cells.append(_fmt_ratio(b["cpu_s"], r["cpu_s"]) if pos_enc == "torch" else _fmt_ratio(r["cpu_s"], b["cpu_s"]))
+                ratio_m = _fmt_ratio(b["peak_mb"], r["peak_mb"]) if inv else _fmt_ratio(r["peak_mb"], b["peak_mb"])
+            cells.append(f"{1000 * r['time_s']:.0f} | {ratio_t} | {r['peak_mb']:.0f} | {ratio_m}")
+            cpu_cells.append(ratio_c)
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
         cpu_lines.append(f"| {label} | " + " | ".join(cpu_cells) + " |")
     lines += cpu_lines
     lines += ["", f"Total wall time {time.time() - t_start:.0f} s."]
@@ -245,6 +298,10 @@ def bench_pos_enc(argv: list[str]) -> int:
 
         with atomic_write(args.out) as f:
             f.write(text)
+    failed = sorted(f"{label} T={T}" for (label, T), r in res.items() if r is None)
+    if failed:
+        print(f"asrkit bench pos_enc: {len(failed)} measurement(s) failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -186,6 +186,13 @@ def _ylim(ax) -> None:
     ax.set_ylim(-0.05 * top, 1.1 * top)
 
 
+def _style(i: int) -> dict:
+    """Line style of the ``i``-th experiment, the same in every subplot: tab10 colours, then the
+    same colours again with another marker and a dashed line, so 11+ experiments stay distinct."""
+    markers, dashes = "osD^v", ["-", "--", ":", "-."]
+    return {"color": f"C{i % 10}", "marker": markers[(i // 10) % len(markers)], "linestyle": dashes[(i // 10) % len(dashes)]}
+
+
 def plot_wer_vs_duration(results: Results, sets: list[str], path: Pathlike) -> Optional[Path]:
     """WER per duration bin: a subplot per set, a line per experiment. ``None`` if no set has
     data."""
@@ -199,11 +206,11 @@ def plot_wer_vs_duration(results: Results, sets: list[str], path: Pathlike) -> O
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
     for ax, s in zip(axes, sets):
         labels = _bin_labels(results, s)
-        for name, r in results.items():
+        for i, (name, r) in enumerate(results.items()):
             if s in r:  # empty bins are skipped: the line joins the bins that have data
                 pts = [(k, _bin_wer(r[s], lab)) for k, lab in enumerate(labels)]
                 pts = [(k, e) for k, e in pts if e is not None]
-                ax.plot([k for k, _ in pts], [e for _, e in pts], marker="o", label=name)
+                ax.plot([k for k, _ in pts], [e for _, e in pts], label=name, **_style(i))
         ax.set_xticks(range(len(labels)))
         ax.set_xticklabels(labels)
         ax.set_xlim(-0.3, len(labels) - 0.7)
@@ -231,14 +238,14 @@ def plot_wer_vs_window(results: Results, sets: list[str], path: Pathlike) -> Opt
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
     for ax, s in zip(axes, sets):
         ticks: set[float] = set()
-        for name, r in results.items():
+        for i, (name, r) in enumerate(results.items()):
             wins = sorted(
                 (float(w["window"]), w["wer"])
                 for w in r.get(s, {}).get("windows", [])
                 if w.get("wer") is not None
             )
             if wins:
-                ax.plot([w for w, _ in wins], [e for _, e in wins], marker="o", label=name)
+                ax.plot([w for w, _ in wins], [e for _, e in wins], label=name, **_style(i))
                 ticks.update(w for w, _ in wins)
         ax.set_xticks(sorted(ticks))
         _ylim(ax)

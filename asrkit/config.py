@@ -154,6 +154,9 @@ class DecodeConfig:
     lm: str = ""  #: ARPA word LM for prefix beam fusion, or a TLG graph dir for wfst
     lm_weight: float = 0.5  #: LM weight (prefix beam) / LM scale relative to the acoustic scores (wfst)
     word_bonus: float = 0.0
+    #: attention decoding: weight of the CTC prefix score in [0, 1] (joint CTC/attention search);
+    #: -1 = the model's own ``decoder.options.search_ctc_weight``
+    ctc_weight: float = -1.0
     bins: list = field(default_factory=lambda: [10.0, 15.0, 20.0])
 
 
@@ -301,6 +304,8 @@ def validate(cfg: Config) -> Config:
         raise ConfigError("features.hop and features.win must be > 0 (seconds)")
     if cfg.train.accum_grad < 1:
         raise ConfigError("train.accum_grad must be >= 1")
+    if cfg.decode.ctc_weight != -1.0 and not 0.0 <= cfg.decode.ctc_weight <= 1.0:
+        raise ConfigError(f"decode.ctc_weight={cfg.decode.ctc_weight} must be in [0, 1] (or -1: the model's own)")
     if len(cfg.decode.bins) and sorted(cfg.decode.bins) != list(cfg.decode.bins):
         raise ConfigError(f"decode.bins must be increasing, got {cfg.decode.bins}")
     from asrkit.model import validate_model_config  # pos-enc name/options, encoder/decoder kinds

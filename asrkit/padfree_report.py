@@ -206,16 +206,20 @@ def format_padding_table(res: dict[str, dict], where: str, max_duration: float) 
 
 def hop_curve(exp_dir: Path, set_name: str, hops_ms: Sequence[float], checkpoint: str = "last",
               device: str = "cpu", manifest_dir: Optional[str] = None, max_utts: int = 0,
-              norm: Optional[str] = None) -> list[dict]:
+              norm: Optional[str] = None, overrides: Sequence[str] = ()) -> list[dict]:
     """Decode ``set_name`` (batch size 1) once per hop; return rows ``{hop_ms, wer, throughput,
-    model_throughput, rtf, audio_seconds, wall_seconds, dir}`` (throughput = audio s / wall s)."""
+    model_throughput, rtf, audio_seconds, wall_seconds, dir}`` (throughput = audio s / wall s).
+    ``overrides`` are ``decode.*=value`` settings (e.g. the recipe's WFST decoding), applied to
+    every hop, so the curve is measured with the decoder the recipe reports."""
     from asrkit.config import config_from_dict, to_dict
     from asrkit.data.manifests import load_cuts
-    from asrkit.decode.run import decode_set, load_model
+    from asrkit.decode.run import decode_set, load_model, parse_decode_overrides, with_decode_overrides
     from asrkit.scoring import score_dir
     from asrkit.textnorm import NORMALIZERS
 
+    parse_decode_overrides(list(overrides))  # a typo fails before the model is loaded
     model, cfg, tok = load_model(exp_dir, checkpoint, device)
+    cfg = with_decode_overrides(cfg, list(overrides))
     cuts = load_cuts(manifest_dir or cfg.data.manifest_dir, cfg.data.corpus, set_name)
     if max_utts:
         cuts = cuts.subset(first=max_utts)
@@ -373,6 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     pc.add_argument("--manifest-dir", default=None, help="default: the experiment's data.manifest_dir")
     pc.add_argument("--max-utts", type=int, default=0)
     pc.add_argument("--norm", default=None)
+    pc.add_argument("overrides", nargs="*", help="decode.* overrides for every hop, e.g. decode.method=wfst decode.lm=...")
     pb = sub.add_parser("bench-train", help="training throughput: padded vs padding-free, tiny model, synthetic audio")
     pb.add_argument("--out", type=Path, required=True)
     pb.add_argument("--num-utts", type=int, default=48)
@@ -409,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "hop-curve":
         hops = [float(h) for h in args.hops.split(",") if h.strip()]
         rows = hop_curve(args.exp_dir, args.set, hops, args.checkpoint, args.device, args.manifest_dir,
-                         args.max_utts, args.norm)
+                         args.max_utts, args.norm, args.overrides)
         md, png = args.exp_dir / f"hop_curve_{args.set}.md", args.exp_dir / f"hop_curve_{args.set}.png"
         write_hop_curve(rows, md, png, title=f"{args.exp_dir.name} / {args.set}")
         with atomic_write(args.exp_dir / f"hop_curve_{args.set}.json") as f:

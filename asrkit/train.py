@@ -685,7 +685,7 @@ class Trainer:
         for b in res.bins:
             if b.counts.wer is not None:
                 self.writer.add_scalar(f"dev/wer_{b.label}", b.counts.wer, self.step)
-        logger.info("epoch %d step %d: dev loss %.3f, dev WER %.2f%% (greedy)", self.epoch, self.step,
+        logger.info("epoch %d step %d: dev loss %.3f, dev WER %.2f%% (CTC greedy)", self.epoch, self.step,
                     info["dev_loss"], res.wer)
         return info
 

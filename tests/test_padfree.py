@@ -411,3 +411,14 @@ def test_hop_curve_decodes_each_hop(tmp_path, audio_cuts):
         assert info["hop"] == h / 1000 and info["batch_size"] == 1 and info["utterances"] == 3
     assert "| 20 |" in (exp / "hop_curve_test.md").read_text()
     assert (exp / "hop_curve_test.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_hop_curve_rejects_non_decode_overrides_before_loading(tmp_path):
+    """hop-curve's key=value settings are decode.* only; a wrong one fails before any model is loaded."""
+    from asrkit.config import ConfigError
+    from asrkit.padfree_report import hop_curve
+
+    with pytest.raises(ConfigError, match="only decode.* keys"):
+        hop_curve(tmp_path / "no-such-exp", "test", [10.0], overrides=["optim.lr=0.1"])
+    with pytest.raises(FileNotFoundError):  # valid overrides: it gets as far as loading the model
+        hop_curve(tmp_path / "no-such-exp", "test", [10.0], overrides=["decode.method=greedy"])

@@ -350,8 +350,15 @@ def naive_shaw(q, k, v, table, times, frame_step, K, key_mask):
     return logits.softmax(-1) @ v
 
 
+@pytest.mark.parametrize("fused", [True, False])
 @pytest.mark.parametrize("irregular", [False, True])
-def test_relpos_matches_naive_shaw(irregular):
+def test_relpos_matches_naive_shaw(irregular, fused, monkeypatch):
+    """relpos attention == Shaw's formula computed naively, forward and gradients (tables, inputs,
+    projections), through the fused CPU path (attention_qbias) and through the materialized bias."""
+    import asrkit.model.attention as attention_mod
+
+    if not fused:
+        monkeypatch.setattr(attention_mod, "fuse_qbias", lambda q, p: False)
     torch.manual_seed(0)
     cfg = make_cfg("relpos", "encoder.pos.context_s=0.6")  # K = 20 lags of 30 ms, clipped often
     pos = build_pos_encoding(cfg.encoder)
@@ -364,20 +371,53 @@ def test_relpos_matches_naive_shaw(irregular):
     mask = torch.arange(T)[None] < lengths[:, None]
     key_mask = mask[:, None, None, :]
     attn = SelfAttention(D, HEADS)
-    x = torch.randn(B, T, D)
+    x = torch.randn(B, T, D, requires_grad=True)
     state = pos.begin(x, times, mask)
-    for layer in range(LAYERS):
-        y = attn(x, key_mask, pos, state, layer)
+
+    def reference(layer):
         q, k, v = attn.qkv(x).view(B, T, 3, HEADS, D // HEADS).permute(2, 0, 3, 1, 4)
         ref = naive_shaw(q, k, v, pos.tables[layer], times, 0.03, pos.max_lag, key_mask)
-        ref = attn.out(ref.transpose(1, 2).reshape(B, T, D))
-        torch.testing.assert_close(y[mask], ref[mask], atol=1e-5, rtol=1e-4)
-    # gradients of the table agree too
-    g1 = torch.autograd.grad(attn(x, key_mask, pos, state, 0)[mask].sum(), pos.tables)[0]
-    q, k, v = attn.qkv(x).view(B, T, 3, HEADS, D // HEADS).permute(2, 0, 3, 1, 4)
-    ref = attn.out(naive_shaw(q, k, v, pos.tables[0], times, 0.03, pos.max_lag, key_mask).transpose(1, 2).reshape(B, T, D))
-    g2 = torch.autograd.grad(ref[mask].sum(), pos.tables)[0]
-    torch.testing.assert_close(g1, g2, atol=1e-5, rtol=1e-4)
+        return attn.out(ref.transpose(1, 2).reshape(B, T, D))
+
+    for layer in range(LAYERS):
+        torch.testing.assert_close(attn(x, key_mask, pos, state, layer)[mask], reference(layer)[mask], atol=1e-5, rtol=1e-4)
+    # gradients agree too: the tables, the input, the projections
+    wrt = (pos.tables, x, attn.qkv.weight)
+    w = torch.randn(int(mask.sum()), D)
+    g1 = torch.autograd.grad((attn(x, key_mask, pos, state, 0)[mask] * w).sum(), wrt)
+    g2 = torch.autograd.grad((reference(0)[mask] * w).sum(), wrt)
+    for a, b in zip(g1, g2):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_qbias_attention_equals_sdpa():
+    """The fused attention with a query-computed bias equals SDPA with the materialized bias,
+    forward and backward, with and without a key padding mask (float64)."""
+    import torch.nn.functional as F
+
+    from asrkit.model.attention import attention_qbias
+
+    torch.manual_seed(0)
+    pos = build_pos_encoding(make_cfg("relpos", "encoder.pos.context_s=0.3").encoder)
+    pos = pos.double()
+    pos.block = 8
+    B, H, T, Dh = 2, HEADS, 21, D // HEADS
+    times = torch.arange(T).double()[None].repeat(B, 1) * 0.03
+    for key_mask in (None, (torch.arange(T)[None] < torch.tensor([21, 9])[:, None])[:, None, None, :]):
+        mask = torch.ones(B, T, dtype=torch.bool) if key_mask is None else key_mask[:, 0, 0]
+        state = pos.begin(None, times, mask)
+        q, k, v = (torch.randn(B, H, T, Dh, dtype=torch.float64, requires_grad=True) for _ in range(3))
+        g = torch.randn(B, H, T, Dh, dtype=torch.float64)
+        qb = pos.attn_bias(0, q, state)
+        y1 = attention_qbias(q, k, v, qb, key_mask)
+        bias = qb.materialize(q)
+        am = bias if key_mask is None else bias.masked_fill(~key_mask, float("-inf"))
+        y2 = F.scaled_dot_product_attention(q, k, v, attn_mask=am)
+        torch.testing.assert_close(y1, y2)
+        g1 = torch.autograd.grad((y1 * g).sum(), (q, k, v, pos.tables), retain_graph=True)
+        g2 = torch.autograd.grad((y2 * g).sum(), (q, k, v, pos.tables))
+        for a, b in zip(g1, g2):
+            torch.testing.assert_close(a, b)
 
 
 def test_relpos_regular_frames_strided_path_equals_gather_path():
@@ -397,7 +437,7 @@ def test_relpos_regular_frames_strided_path_equals_gather_path():
         pos.toeplitz = fast
         state = pos.begin(None, times, mask)
         assert state.extra["rel_regular"] is fast
-        bias = pos.attn_bias(1, q, state)
+        bias = pos.attn_bias(1, q, state).materialize(q)
         outs.append((bias, *torch.autograd.grad((bias * g).sum(), (q, pos.tables))))
     for a, b in zip(*outs):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
@@ -410,7 +450,7 @@ def test_relpos_first_only_first_layer():
     times = torch.arange(20).float()[None] * 0.03
     state = pos.begin(None, times, torch.ones(1, 20, dtype=torch.bool))
     q = torch.randn(1, HEADS, 20, D // HEADS)
-    assert pos.attn_bias(0, q, state).shape == (1, HEADS, 20, 20)
+    assert pos.attn_bias(0, q, state).materialize(q).shape == (1, HEADS, 20, 20)
     assert pos.attn_bias(1, q, state) is None
 
 

@@ -317,3 +317,25 @@ def test_attention_maps_for_analysis(tmp_path):
     torch.testing.assert_close(weights.sum(1), torch.ones(weights.shape[0]))
     plot_attention(energies, weights, tmp_path / "att.png", title="t")
     assert (tmp_path / "att.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_decode_ctc_weight_overrides_the_models_search_weight():
+    """``decode.ctc_weight`` (decode time) replaces the model's ``search_ctc_weight``; -1 keeps it."""
+    import dataclasses
+
+    from asrkit.config import ConfigError, load_config
+
+    torch.manual_seed(2)
+    dec = _sharpen(_lstm())
+    enc = _enc([14, 9, 5, 12], seed=4)
+    got = {}
+    for w in (0.0, 0.7):
+        cfg = load_config(None, ["decode.beam=4", f"decode.ctc_weight={w}"])
+        want = beam_search(dec, enc, beam=4, opts=dataclasses.replace(dec.search, ctc_weight=w))
+        got[w] = dec.beam_search(enc, cfg)
+        assert got[w] == [h[0].tokens for h in want]
+    assert got[0.0] != got[0.7]  # the weight matters on this input: the override is not a no-op
+    cfg = load_config(None, ["decode.beam=4"])  # default -1: the model's own weight (0 here)
+    assert cfg.decode.ctc_weight == -1.0 and dec.beam_search(enc, cfg) == got[0.0]
+    with pytest.raises(ConfigError, match="decode.ctc_weight=1.5"):
+        load_config(None, ["decode.ctc_weight=1.5"])

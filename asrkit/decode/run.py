@@ -14,6 +14,7 @@ import logging
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -157,6 +158,25 @@ def decode_set(model, cfg, tok, cuts, out_dir: Path, set_name: str, hop: float, 
     return info
 
 
+def parse_decode_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
+    """Parse ``decode.key=value`` overrides; any other section is a :class:`ConfigError`."""
+    pairs = parse_overrides(overrides)
+    for key, _ in pairs:
+        if not key.startswith("decode."):
+            raise ConfigError(f"only decode.* keys can be overridden at decoding time, got {key!r}")
+    return pairs
+
+
+def with_decode_overrides(cfg, overrides: list[str]):
+    """A copy of the experiment config ``cfg`` with ``decode.*`` overrides applied (validated)."""
+    from asrkit.config import _set_nested
+
+    d = to_dict(cfg)
+    for key, value in parse_decode_overrides(overrides):
+        _set_nested(d, key, value)
+    return config_from_dict(d)
+
+
 def main(argv: list[str] | None = None) -> int:
     from asrkit.data.manifests import load_cuts
 
@@ -174,16 +194,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     setup_logging()
     try:
-        for key, _ in parse_overrides(args.overrides):
-            if not key.startswith("decode."):
-                raise ConfigError(f"only decode.* keys can be overridden at decoding time, got {key!r}")
+        parse_decode_overrides(args.overrides)  # fail before loading anything
         model, cfg, tok = load_model(args.exp_dir, args.checkpoint, ema=not args.raw_weights)
-        d = to_dict(cfg)
-        from asrkit.config import _set_nested
-
-        for key, value in parse_overrides(args.overrides):
-            _set_nested(d, key, value)
-        cfg = config_from_dict(d)
+        cfg = with_decode_overrides(cfg, args.overrides)
     except (ConfigError, FileNotFoundError, ValueError) as e:
         print(f"asrkit decode: error: {e}", file=sys.stderr)
         return 2

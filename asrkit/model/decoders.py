@@ -20,6 +20,7 @@ both (``search_*``, :class:`SearchKeys`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
@@ -172,7 +173,12 @@ class Seq2SeqDecoder(nn.Module):
         """Best hypothesis (token ids) of every utterance, beam ``cfg.decode.beam`` (the decode runner's entry point)."""
         if tokenizer is not None and tokenizer.vocab_size != self.vocab_size:
             raise ValueError(f"tokenizer has {tokenizer.vocab_size} tokens, the decoder {self.vocab_size}")
-        return [h[0].tokens if h else [] for h in beam_search(self, enc, cfg.decode.beam, self.search)]
+        search = self.search
+        if cfg.decode.ctc_weight >= 0:  # decode-time override of the joint CTC weight
+            search = dataclasses.replace(search, ctc_weight=cfg.decode.ctc_weight)
+        if search.ctc_weight > 0 and enc.log_probs is None:
+            raise ValueError("joint CTC scoring (decode.ctc_weight > 0) needs a CTC head: train with decoder.ctc_weight > 0")
+        return [h[0].tokens if h else [] for h in beam_search(self, enc, cfg.decode.beam, search)]
 
     # -- analysis
     @contextlib.contextmanager

@@ -73,8 +73,9 @@ class PositionalEncoding(nn.Module):
         """q, k: B x H x T x Dh."""
         return q, k
 
-    def attn_bias(self, layer: int, q: Tensor, state: PosState) -> Optional[Tensor]:
-        """An additive attention bias broadcastable to B x H x T x T, or None. q: B x H x T x Dh."""
+    def attn_bias(self, layer: int, q: Tensor, state: PosState) -> "Optional[Tensor | QBias]":
+        """An additive attention bias broadcastable to B x H x T x T, or a :class:`QBias` (a bias
+        computed from the queries, which the attention may fuse), or None. q: B x H x T x Dh."""
         return None
 
     def after_layer(self, layer: int, x: Tensor, state: PosState) -> Tensor:
@@ -82,6 +83,55 @@ class PositionalEncoding(nn.Module):
 
 
 NoPos = PositionalEncoding
+
+
+class QBias:
+    """An additive attention bias computed from the queries and one parameter tensor,
+    ``bias = f(q, weight)``, linear in each (relpos: ``bias_ij = q_i . w_{r(i,j)}``).
+
+    Returned by :meth:`PositionalEncoding.attn_bias` instead of a tensor, it lets the attention
+    write the bias straight into its own score buffer and take its gradient from the score
+    gradient, so no separate B x H x T x T bias (nor its gradient) is ever allocated
+    (:func:`asrkit.model.attention.attention_qbias`). :meth:`materialize` gives the plain
+    differentiable tensor for every other case. Subclasses implement :meth:`fill_` and
+    :meth:`grad`; ``weight`` is an autograd tensor (gradients reach the parameters through it).
+    """
+
+    def __init__(self, weight: Tensor):
+        self.weight = weight
+
+    def fill_(self, out: Tensor, q: Tensor, weight: Tensor) -> None:
+        """Write ``f(q, weight)`` (B x H x T x T) into ``out`` (no autograd)."""
+        raise NotImplementedError
+
+    def grad(self, grad: Tensor, q: Tensor, weight: Tensor, need_q: bool, need_weight: bool
+             ) -> tuple[Optional[Tensor], Optional[Tensor]]:
+        """Gradients w.r.t. ``q`` and ``weight`` of ``<grad, f(q, weight)>`` (None where not needed)."""
+        raise NotImplementedError
+
+    def materialize(self, q: Tensor) -> Tensor:
+        """The bias as a differentiable B x H x T x T tensor."""
+        return _QBiasFn.apply(q, self.weight, self)
+
+
+class _QBiasFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q: Tensor, weight: Tensor, qb: QBias) -> Tensor:
+        B, H, T, _ = q.shape
+        with torch.autocast(q.device.type, enabled=False):
+            out = q.new_empty(B, H, T, T)
+            qb.fill_(out, q, weight.to(q.dtype))
+        ctx.save_for_backward(q, weight)
+        ctx.qb = qb
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: Tensor):
+        q, weight = ctx.saved_tensors
+        w = weight.to(q.dtype)
+        gq, gw = ctx.qb.grad(grad.to(q.dtype), q, w, ctx.needs_input_grad[0], ctx.needs_input_grad[1])
+        return gq, (gw.to(weight.dtype) if gw is not None else None), None
 
 
 def sinusoid(times: Tensor, dim: int, omega0: float = 30.0, base: float = 10000.0) -> Tensor:

@@ -6,7 +6,7 @@
 #   exp/padfree_compare/throughput.md          training throughput (audio-s/s, from train_info.json)
 #   exp/padfree_report/padding.md              padding fraction per sampler on the mini training cuts
 #   exp/padfree_report/padfree_hops.png        histogram of the hops of one epoch (paper Fig. 14)
-#   exp/<pf_sinpos>/hop_curve_test.{md,png}    decoding hop vs WER and speed (paper Fig. 17)
+#   exp/<pf_sinpos>/hop_curve_<set>.{md,png}   decoding hop vs WER and speed (paper Fig. 17)
 #   ./run_padfree_compare.sh [--steps 1200] [--encodings "sinpos cape"] [--hops 5,8,10,12,15,20]
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -15,8 +15,11 @@ encodings="sinpos cape"
 train_config=conf/train.yaml
 extra_args=             # more key=value overrides for every model
 hops=5,8,10,12,15,20    # inference hops (ms) of the hop curve
+hop_sets="test test-longform"  # sets of the hop curve (long utterances show the model's own speed-up)
+# decoding of the hop curve: the one run.sh reports (letters CTC + lexicon TLG)
+decode_args="decode.method=wfst decode.lm=data/lm/graph_letters_1gram decode.lm_weight=0.2"
 out=exp/padfree_compare
-__asrkit_opts="steps encodings train_config extra_args hops out"
+__asrkit_opts="steps encodings train_config extra_args hops hop_sets decode_args out"
 . ../../TEMPLATE/asr1/utils/parse_options.sh
 [ $# -eq 0 ] || { echo "$0: unexpected argument(s): $*" >&2; exit 2; }
 
@@ -57,5 +60,7 @@ EOF
 cat "$out/throughput.md"
 
 first_pf=$(for t in "${tags[@]}"; do case "$t" in */pf_*) echo "$t"; break ;; esac; done)
-python -m asrkit.padfree_report hop-curve --exp-dir "$first_pf" --set test --hops "$hops"
-echo "tables: $out/compare.md $out/throughput.md exp/padfree_report/padding.md $first_pf/hop_curve_test.md"
+for s in $hop_sets; do
+    python -m asrkit.padfree_report hop-curve --exp-dir "$first_pf" --set "$s" --hops "$hops" $decode_args
+done
+echo "tables: $out/compare.md $out/throughput.md exp/padfree_report/padding.md $first_pf/hop_curve_*.md"
