@@ -121,9 +121,7 @@ class _QBiasAttention(torch.autograd.Function):
         scale = Dh**-0.5
         gk = torch.bmm(ds.transpose(1, 2), qf).mul_(scale).view(B, H, S, Dh) if need_k else None
         gq = torch.bmm(ds, kf).mul_(scale).view(B, H, T, Dh) if need_q else None
-        bq, gw = ctx.qb.grad(ds.view(B, H, T, S), q, weight.to(q.dtype), need_q, need_w)
-        if gq is not None:
-            gq += bq
+        gw = ctx.qb.grad(ds.view(B, H, T, S), q, weight.to(q.dtype), gq, need_w)  # adds the bias's part to gq
         return gq, gk, gv, (gw.to(weight.dtype) if gw is not None else None), None, None
 
 

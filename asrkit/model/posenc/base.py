@@ -104,9 +104,11 @@ class QBias:
         """Write ``f(q, weight)`` (B x H x T x T) into ``out`` (no autograd)."""
         raise NotImplementedError
 
-    def grad(self, grad: Tensor, q: Tensor, weight: Tensor, need_q: bool, need_weight: bool
-             ) -> tuple[Optional[Tensor], Optional[Tensor]]:
-        """Gradients w.r.t. ``q`` and ``weight`` of ``<grad, f(q, weight)>`` (None where not needed)."""
+    def grad(self, grad: Tensor, q: Tensor, weight: Tensor, gq: Optional[Tensor], need_weight: bool
+             ) -> Optional[Tensor]:
+        """Backward of ``<grad, f(q, weight)>``: adds its gradient w.r.t. ``q`` into ``gq`` (a
+        contiguous tensor shaped like ``q``; None: not needed) and returns the gradient w.r.t.
+        ``weight`` (None when not ``need_weight``)."""
         raise NotImplementedError
 
     def materialize(self, q: Tensor) -> Tensor:
@@ -130,7 +132,8 @@ class _QBiasFn(torch.autograd.Function):
     def backward(ctx, grad: Tensor):
         q, weight = ctx.saved_tensors
         w = weight.to(q.dtype)
-        gq, gw = ctx.qb.grad(grad.to(q.dtype), q, w, ctx.needs_input_grad[0], ctx.needs_input_grad[1])
+        gq = torch.zeros(q.shape, dtype=q.dtype, device=q.device) if ctx.needs_input_grad[0] else None
+        gw = ctx.qb.grad(grad.to(q.dtype), q, w, gq, ctx.needs_input_grad[1])
         return gq, (gw.to(weight.dtype) if gw is not None else None), None
 
 

@@ -11,17 +11,18 @@ table (2K+1) x d_head per layer, shared by the heads; ``relpos_first`` has a tab
 layer only and no other positional information anywhere.
 
 Cost: no B x H x T x T x D tensor is ever built. Per layer, the queries are taken in blocks of
-``block`` rows; for each block ``S = q_block @ A[lo..hi]^T`` (one (B H b) x W_b GEMM) is computed
-only for the lags ``lo .. hi`` that occur in that block (W_b ~ T + b for regular frames, at most
-2K+1) and gathered, ``bias_ij = S[i, r(i,j) - lo]``, straight into a B x H x T x T buffer; the
-backward scatters the bias gradient back block by block and keeps no S (:class:`RelBias`). The
-blocks make the cost T x (T + b) x d_head, like ``q k^T``, instead of T x (2K+1) x d_head.
+``block`` rows; for each block ``S = q_block @ A[lo..hi]^T`` (one (b B H) x W_b GEMM) is computed
+only for the lags ``lo .. hi`` that occur in that block and lie inside the context (W_b ~ T + b for
+regular frames, at most 2K+1; clipped lags reuse the edge columns) and placed,
+``bias_ij = S[i, r(i,j) - lo]``, straight into a B x H x T x T buffer; the backward takes the bias
+gradient back block by block and keeps no S (:class:`RelBias`). The blocks make the cost
+T x (T + b) x d_head, like ``q k^T``, instead of T x (2K+1) x d_head.
 :meth:`RelPos.attn_bias` returns the bias as a :class:`~asrkit.model.posenc.base.QBias`: training on
 CPU, the attention writes it straight into its own score buffer and hands it the score gradient
 (:func:`asrkit.model.attention.attention_qbias`, two T x T buffers per layer in all); elsewhere it
-is materialized as the additive ``attn_mask`` of ``scaled_dot_product_attention``. The lag index
-(1 x T x T when the batch shares its frame times, as in the padded pipeline, else B x T x T) and
-the block ranges are computed once per forward in :meth:`begin` and shared by the layers; each
+is materialized as the additive ``attn_mask`` of ``scaled_dot_product_attention``. The block
+ranges (and for irregular frames the lag index: 1 x T x T when the batch shares its frame times,
+else B x T x T) are computed once per forward in :meth:`begin` and shared by the layers; each
 layer's bias lives only inside its attention call.
 """
 from __future__ import annotations
@@ -82,9 +83,8 @@ class RelPos(PositionalEncoding):
         blocks = []
         for i0 in range(0, T, self.block):
             i1 = min(T, i0 + self.block)
-            if regular:  # the block's lags -(i1 - 1) .. T - 1 - i0, as rows of the (clipped) table
-                rows = torch.arange(-(i1 - 1), T - i0, device=u.device).clamp_(-K, K).add_(K)
-                blocks.append((i0, i1, rows, None))
+            if regular:  # the block's lags -(i1 - 1) .. T - 1 - i0 (clipped when used)
+                blocks.append((i0, i1, (-(i1 - 1), T - 1 - i0), None))
                 continue
             ub = u[:, i0:i1]
             # lag range of the block without forming it: round and clip are monotone
@@ -103,63 +103,116 @@ class RelPos(PositionalEncoding):
         table = self.table(layer)
         if table is None:
             return None
-        return RelBias(table * (1.0 / math.sqrt(q.shape[-1])), state.extra["rel_blocks"])
+        return RelBias(table * (1.0 / math.sqrt(q.shape[-1])), state.extra["rel_blocks"], self.max_lag)
 
 
 def _skew(s: Tensor, T: int) -> Tensor:
-    """View of a block's products ``s`` (B x H x b x W, W = T + b - 1 lags -(i1-1) .. T-1-i0) as its
-    B x H x b x T bias: row r, key j reads column ``j + b - 1 - r`` (the lag j - i). A strided view:
-    no copy, no index."""
-    B, H, b, W = s.shape
-    return s.as_strided((B, H, b, T), (H * b * W, b * W, W - 1, 1), s.storage_offset() + b - 1)
+    """View of a block's products ``s`` (b x B x H x W: query row, batch, head, lag; W = T + b - 1
+    lags -(i1-1) .. T-1-i0) as its B x H x b x T bias: row r, key j reads column ``j + b - 1 - r``
+    (the lag j - i). A strided view (Transformer-XL's relative shift): no copy, no index."""
+    b, B, H, W = s.shape
+    return s.as_strided((B, H, b, T), (H * W, W, B * H * W - 1, 1), s.storage_offset() + b - 1)
 
 
 class RelBias(QBias):
     """bias[b, h, i, j] = q[b, h, i] . A[r(i, j)] (A = the scaled table), block by block (see module
-    doc), written in place into a B x H x T x T buffer; the gradient is scattered back per block and
-    never keeps the per-block products S. Regular frames (``index`` None): the block's lags are
-    consecutive, so the bias is a strided view of S (Transformer-XL's relative shift) and its
-    gradient a strided copy; otherwise a gather / scatter-add with the block's lag index."""
+    doc), written in place into a B x H x T x T buffer; the gradient is taken back per block and
+    never keeps the per-block products S.
 
-    def __init__(self, weight: Tensor, blocks: list):
+    Regular frames (``index`` None, ``rows`` = the block's lag range ``(lo, hi)``): the lags of a
+    block are consecutive, so the bias is a strided view of S (:func:`_skew`) and its gradient a
+    strided copy. The queries are laid out T x B x H once per call, so a block's rows are one
+    contiguous (b B H) x d_head matrix and each block costs one GEMM and one copy each way. Only
+    the lags inside the context are multiplied (``A[lo'..hi']``, a slice of the table); the clipped
+    lags beyond it repeat the edge columns in the forward and are summed into them in the backward.
+    Otherwise (irregular frames): a gather / scatter-add with the block's lag index. Work buffers
+    are reused across blocks."""
+
+    def __init__(self, weight: Tensor, blocks: list, max_lag: int):
         super().__init__(weight)
         self.blocks = blocks
+        self.max_lag = max_lag
+        self.regular = all(index is None for *_, index in blocks)
+
+    def _span(self, lo: int, hi: int) -> tuple[int, int, int]:
+        """Of a block's lags ``lo .. hi``, columns ``a .. a + n - 1`` lie inside the context and
+        use table rows ``r0 .. r0 + n - 1``."""
+        K = self.max_lag
+        a = max(-K, lo) - lo
+        return a, min(K, hi) - max(-K, lo) + 1, K + lo + a
 
     def fill_(self, out: Tensor, q: Tensor, weight: Tensor) -> None:
         B, H, T, Dh = q.shape
-        for i0, i1, rows, index in self.blocks:
-            # one (B H b) x Dh by Dh x W product (q's heads are strided: a 4-D matmul would run as
-            # B x H small batched products, measured ~1.7x slower than this copy + one GEMM)
-            qb = q[:, :, i0:i1].reshape(-1, Dh)
-            if index is None:
-                s = (qb @ weight[rows].t()).view(B, H, i1 - i0, -1)  # B x H x b x (T + b - 1)
-                out[:, :, i0:i1] = _skew(s, T)
-            else:
-                s = (qb @ weight[rows[0]:rows[1]].t()).view(B, H, i1 - i0, -1)  # B x H x b x W_b
-                torch.gather(s, -1, index.expand(B, H, i1 - i0, T), out=out[:, :, i0:i1])
+        if not self.regular:
+            return self._fill_gather(out, q, weight)
+        qt = q.permute(2, 0, 1, 3).reshape(T * B * H, Dh)  # rows (t, b, h): a block is a slice
+        bufs: dict = {}
+        for i0, i1, (lo, hi), _ in self.blocks:
+            b, W = i1 - i0, hi - lo + 1
+            a, n, r0 = self._span(lo, hi)
+            qb, tab = qt[i0 * B * H : i1 * B * H], weight[r0 : r0 + n]
+            s = bufs.get((b, W))
+            if s is None:
+                s = bufs[b, W] = q.new_empty(b * B * H, W)
+            if n == W:
+                torch.mm(qb, tab.t(), out=s)
+            else:  # lags beyond the context: the edge columns, repeated
+                s[:, a : a + n] = qb @ tab.t()
+                s[:, :a] = s[:, a : a + 1]
+                s[:, a + n :] = s[:, a + n - 1 : a + n]
+            out[:, :, i0:i1] = _skew(s.view(b, B, H, W), T)
 
-    def grad(self, grad: Tensor, q: Tensor, weight: Tensor, need_q: bool, need_weight: bool):
-        B, H, T, Dh = q.shape
-        gq = torch.empty_like(q) if need_q else None
+    def grad(self, grad: Tensor, q: Tensor, weight: Tensor, gq: Optional[Tensor], need_weight: bool
+             ) -> Optional[Tensor]:
         gw = torch.zeros_like(weight) if need_weight else None
-        for i0, i1, rows, index in self.blocks:
-            if index is None:
-                tab = weight[rows]
-                ds = grad.new_zeros(B, H, i1 - i0, tab.shape[0])
-                _skew(ds, T).copy_(grad[:, :, i0:i1])
-            else:
-                tab = weight[rows[0]:rows[1]]
-                ds = grad.new_zeros(B, H, i1 - i0, tab.shape[0])
-                ds.scatter_add_(-1, index.expand(B, H, i1 - i0, T), grad[:, :, i0:i1])
-            if gq is not None:
-                gq[:, :, i0:i1] = torch.matmul(ds, tab)
+        if not self.regular:
+            self._grad_gather(grad, q, weight, gq, gw)
+            return gw
+        B, H, T, Dh = q.shape
+        qt = q.permute(2, 0, 1, 3).reshape(T * B * H, Dh)
+        gqt = q.new_empty(T * B * H, Dh) if gq is not None else None
+        bufs: dict = {}
+        for i0, i1, (lo, hi), _ in self.blocks:
+            b, W = i1 - i0, hi - lo + 1
+            a, n, r0 = self._span(lo, hi)
+            rows = slice(i0 * B * H, i1 * B * H)
+            ds = bufs.get((b, W))
+            if ds is None:  # zero outside the skewed band; the band is rewritten for each block
+                ds = bufs[b, W] = grad.new_zeros(b * B * H, W)
+            _skew(ds.view(b, B, H, W), T).copy_(grad[:, :, i0:i1])
+            mid = ds[:, a : a + n]  # lags inside the context (rows strided by W: BLAS-friendly)
+            if gqt is not None:
+                torch.mm(mid, weight[r0 : r0 + n], out=gqt[rows])
             if gw is not None:
-                g = ds.reshape(-1, tab.shape[0]).t() @ q[:, :, i0:i1].reshape(-1, Dh)
-                if index is None:
-                    gw.index_add_(0, rows, g)
-                else:
-                    gw[rows[0]:rows[1]] += g
-        return gq, gw
+                gw[r0 : r0 + n].addmm_(mid.t(), qt[rows])
+            for edge, cols in ((r0, slice(0, a)), (r0 + n - 1, slice(a + n, W))):
+                if cols.stop > cols.start:  # clipped lags: their gradient goes to the edge row
+                    e = ds[:, cols].sum(-1)  # (b B H)
+                    if gqt is not None:
+                        gqt[rows] += e[:, None] * weight[edge]
+                    if gw is not None:
+                        gw[edge] += e @ qt[rows]
+        if gq is not None:
+            gq += gqt.view(T, B, H, Dh).permute(1, 2, 0, 3)
+        return gw
+
+    def _fill_gather(self, out: Tensor, q: Tensor, weight: Tensor) -> None:
+        B, H, T, Dh = q.shape
+        for i0, i1, (r0, r1), index in self.blocks:
+            b = i1 - i0
+            s = (q[:, :, i0:i1].reshape(-1, Dh) @ weight[r0:r1].t()).view(B, H, b, -1)  # B x H x b x W_b
+            torch.gather(s, -1, index.expand(B, H, b, T), out=out[:, :, i0:i1])
+
+    def _grad_gather(self, grad: Tensor, q: Tensor, weight: Tensor, gq: Optional[Tensor], gw: Optional[Tensor]) -> None:
+        B, H, T, Dh = q.shape
+        for i0, i1, (r0, r1), index in self.blocks:
+            b, tab = i1 - i0, weight[r0:r1]
+            ds = grad.new_zeros(B, H, b, r1 - r0)
+            ds.scatter_add_(-1, index.expand(B, H, b, T), grad[:, :, i0:i1])
+            if gq is not None:  # a view: gq is contiguous
+                gq[:, :, i0:i1].view(B * H, b, Dh).baddbmm_(ds.view(B * H, b, -1), tab.expand(B * H, *tab.shape))
+            if gw is not None:
+                gw[r0:r1] += ds.view(-1, r1 - r0).t() @ q[:, :, i0:i1].reshape(-1, Dh)
 
 
 class RelPosFirst(RelPos):
