@@ -420,6 +420,21 @@ def test_qbias_attention_equals_sdpa():
             torch.testing.assert_close(a, b)
 
 
+def test_qbias_attention_second_backward_is_a_clear_error():
+    """The fused backward overwrites the saved probabilities with the score gradient, so a second
+    backward through the same graph must fail loudly, not return wrong gradients."""
+    from asrkit.model.attention import attention_qbias
+
+    pos = build_pos_encoding(make_cfg("relpos").encoder)
+    T = 12
+    state = pos.begin(None, torch.arange(T).float()[None] * 0.03, torch.ones(1, T, dtype=torch.bool))
+    q, k, v = (torch.randn(1, HEADS, T, D // HEADS, requires_grad=True) for _ in range(3))
+    y = attention_qbias(q, k, v, pos.attn_bias(0, q, state)).sum()
+    y.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="second backward"):
+        y.backward()
+
+
 def test_relpos_regular_frames_strided_path_equals_gather_path():
     """Regular frames take the index-free strided path (relative shift); it equals the general
     gather / scatter-add path, forward and backward, with clipping and padding."""

@@ -79,14 +79,18 @@ def fuse_qbias(q: Tensor, dropout_p: float) -> bool:
 def attention_qbias(q: Tensor, k: Tensor, v: Tensor, bias: QBias, key_mask: Optional[Tensor] = None) -> Tensor:
     """softmax(q k^T / sqrt(d) + bias) v with a query-computed bias (relpos), fused: the bias is
     written straight into the one B x H x T x T score buffer, which becomes the probabilities in
-    place; the backward turns one more T x T buffer into the score gradient in place and hands it
-    to ``bias.grad``. Two T x T buffers in all, against five to seven for materialized bias +
-    ``baddbmm`` + softmax (+ mask) and their autograd, which on CPU is mostly memory traffic.
-    Same result as ``scaled_dot_product_attention(q, k, v, attn_mask=bias)`` (tested)."""
+    place; the backward overwrites the probabilities with the score gradient (dP one block of
+    query rows at a time) and hands it to ``bias.grad``. One T x T buffer in all, against five to
+    seven for materialized bias + ``baddbmm`` + softmax (+ mask) and their autograd, which on CPU
+    is mostly memory traffic. Same result as ``scaled_dot_product_attention(q, k, v,
+    attn_mask=bias)`` (tested). Its graph can be backpropagated once (a second backward with
+    ``retain_graph`` raises)."""
     return _QBiasAttention.apply(q, k, v, bias.weight, bias, key_mask)
 
 
 class _QBiasAttention(torch.autograd.Function):
+    block = 128  #: query rows per block of the backward's dP (a cache-sized work buffer)
+
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, weight: Tensor, qb: QBias, key_mask: Optional[Tensor]) -> Tensor:
         B, H, T, Dh = q.shape
@@ -102,12 +106,16 @@ class _QBiasAttention(torch.autograd.Function):
             torch.softmax(pf, -1, out=pf)
             out = torch.bmm(pf, vf)
         ctx.save_for_backward(q, k, v, weight, p, out)
-        ctx.qb = qb
+        ctx.qb, ctx.done = qb, False
         return out.view(B, H, T, Dv)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad: Tensor):
+        if ctx.done:
+            raise RuntimeError("attention_qbias: a second backward through the same graph is not supported "
+                               "(its probabilities were overwritten by the first one)")
+        ctx.done = True
         q, k, v, weight, p, out = ctx.saved_tensors
         B, H, T, Dh = q.shape
         S, Dv = k.shape[-2], v.shape[-1]
@@ -116,12 +124,20 @@ class _QBiasAttention(torch.autograd.Function):
         g = grad.reshape(B * H, T, Dv)
         qf, kf, vf = q.reshape(B * H, T, Dh), k.reshape(B * H, S, Dh), v.reshape(B * H, S, Dv)
         gv = torch.bmm(pf.transpose(1, 2), g).view(B, H, S, Dv) if need_v else None
-        ds = torch.bmm(g, vf.transpose(1, 2))  # dP, then in place dS = P * (dP - rowsum(P * dP))
-        ds.sub_((g * out).sum(-1, keepdim=True)).mul_(pf)  # rowsum(P * dP) = dO . O
-        scale = Dh**-0.5
+        # dS = P * (dP - rowsum(P * dP)), rowsum(P * dP) = dO . O, written over P block by block
+        # (dP of one block at a time: no second T x T buffer)
+        delta = (g * out).sum(-1, keepdim=True)
+        vt, dp = vf.transpose(1, 2), None
+        for r0 in range(0, T, _QBiasAttention.block):
+            r1 = min(T, r0 + _QBiasAttention.block)
+            if dp is None or dp.shape[1] != r1 - r0:
+                dp = g.new_empty(B * H, r1 - r0, S)
+            torch.bmm(g[:, r0:r1], vt, out=dp)
+            pf[:, r0:r1].mul_(dp.sub_(delta[:, r0:r1]))
+        ds, scale = pf, Dh**-0.5
         gk = torch.bmm(ds.transpose(1, 2), qf).mul_(scale).view(B, H, S, Dh) if need_k else None
         gq = torch.bmm(ds, kf).mul_(scale).view(B, H, T, Dh) if need_q else None
-        gw = ctx.qb.grad(ds.view(B, H, T, S), q, weight.to(q.dtype), gq, need_w)  # adds the bias's part to gq
+        gw = ctx.qb.grad(p, q, weight.to(q.dtype), gq, need_w)  # adds the bias's part to gq
         return gq, gk, gv, (gw.to(weight.dtype) if gw is not None else None), None, None
 
 

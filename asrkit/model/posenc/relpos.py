@@ -19,7 +19,7 @@ gradient back block by block and keeps no S (:class:`RelBias`). The blocks make 
 T x (T + b) x d_head, like ``q k^T``, instead of T x (2K+1) x d_head.
 :meth:`RelPos.attn_bias` returns the bias as a :class:`~asrkit.model.posenc.base.QBias`: training on
 CPU, the attention writes it straight into its own score buffer and hands it the score gradient
-(:func:`asrkit.model.attention.attention_qbias`, two T x T buffers per layer in all); elsewhere it
+(:func:`asrkit.model.attention.attention_qbias`, one T x T buffer per layer in all); elsewhere it
 is materialized as the additive ``attn_mask`` of ``scaled_dot_product_attention``. The block
 ranges (and for irregular frames the lag index: 1 x T x T when the batch shares its frame times,
 else B x T x T) are computed once per forward in :meth:`begin` and shared by the layers; each
