@@ -211,15 +211,13 @@ def hop_curve(exp_dir: Path, set_name: str, hops_ms: Sequence[float], checkpoint
     model_throughput, rtf, audio_seconds, wall_seconds, dir}`` (throughput = audio s / wall s).
     ``overrides`` are ``decode.*=value`` settings (e.g. the recipe's WFST decoding), applied to
     every hop, so the curve is measured with the decoder the recipe reports."""
-    from asrkit.config import config_from_dict, to_dict
     from asrkit.data.manifests import load_cuts
     from asrkit.decode.run import decode_set, load_model, parse_decode_overrides, with_decode_overrides
     from asrkit.scoring import score_dir
     from asrkit.textnorm import NORMALIZERS
 
-    parse_decode_overrides(list(overrides))  # a typo fails before the model is loaded
+    pairs = parse_decode_overrides(list(overrides))  # a typo fails before the model is loaded
     model, cfg, tok = load_model(exp_dir, checkpoint, device)
-    cfg = with_decode_overrides(cfg, list(overrides))
     cuts = load_cuts(manifest_dir or cfg.data.manifest_dir, cfg.data.corpus, set_name)
     if max_utts:
         cuts = cuts.subset(first=max_utts)
@@ -227,10 +225,7 @@ def hop_curve(exp_dir: Path, set_name: str, hops_ms: Sequence[float], checkpoint
     norm = norm or (corpus_norm if corpus_norm in NORMALIZERS else "none")
     rows = []
     for h in hops_ms:
-        d = to_dict(cfg)
-        d["decode"]["hop"] = h / 1000.0
-        d["decode"]["batch_size"] = 1
-        c = config_from_dict(d)
+        c = with_decode_overrides(cfg, [*pairs, ("decode.hop", h / 1000.0), ("decode.batch_size", 1)])
         out = exp_dir / f"decode_{set_name}_hop{h:g}ms"
         info = decode_set(model, c, tok, cuts, out, set_name, hop=h / 1000.0)
         res = score_dir(out, bins=c.decode.bins, normalizer=norm)

@@ -403,12 +403,13 @@ def test_hop_curve_decodes_each_hop(tmp_path, audio_cuts):
     exp = tmp_path / "exp"
     save_checkpoint(exp, "step-00000001", {"model": model.state_dict(), "config": to_dict(cfg), "vocab": tok.tokens,
                                            "step": 1, "epoch": 1, "batch_in_epoch": 0})
-    assert main(["hop-curve", "--exp-dir", str(exp), "--set", "test", "--hops", "10,20"]) == 0
+    assert main(["hop-curve", "--exp-dir", str(exp), "--set", "test", "--hops", "10,20", "decode.beam=3"]) == 0
     rows = json.loads((exp / "hop_curve_test.json").read_text())
     assert [r["hop_ms"] for r in rows] == [10.0, 20.0]
     for h in (10, 20):
         info = json.loads((exp / f"decode_test_hop{h}ms" / "decode_info.json").read_text())
         assert info["hop"] == h / 1000 and info["batch_size"] == 1 and info["utterances"] == 3
+        assert info["beam"] == 3  # the decode.* override reaches every hop
     assert "| 20 |" in (exp / "hop_curve_test.md").read_text()
     assert (exp / "hop_curve_test.png").read_bytes()[:4] == b"\x89PNG"
 

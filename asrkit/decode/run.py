@@ -167,12 +167,13 @@ def parse_decode_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
     return pairs
 
 
-def with_decode_overrides(cfg, overrides: list[str]):
-    """A copy of the experiment config ``cfg`` with ``decode.*`` overrides applied (validated)."""
+def with_decode_overrides(cfg, pairs: list[tuple[str, Any]]):
+    """A copy of the experiment config ``cfg`` with ``(decode.key, value)`` pairs (from
+    :func:`parse_decode_overrides`) applied; the result is validated."""
     from asrkit.config import _set_nested
 
     d = to_dict(cfg)
-    for key, value in parse_decode_overrides(overrides):
+    for key, value in pairs:
         _set_nested(d, key, value)
     return config_from_dict(d)
 
@@ -194,9 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     setup_logging()
     try:
-        parse_decode_overrides(args.overrides)  # fail before loading anything
+        overrides = parse_decode_overrides(args.overrides)  # fail before loading anything
         model, cfg, tok = load_model(args.exp_dir, args.checkpoint, ema=not args.raw_weights)
-        cfg = with_decode_overrides(cfg, args.overrides)
+        cfg = with_decode_overrides(cfg, overrides)
     except (ConfigError, FileNotFoundError, ValueError) as e:
         print(f"asrkit decode: error: {e}", file=sys.stderr)
         return 2
