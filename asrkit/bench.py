@@ -28,11 +28,15 @@ allocator keeps no peak statistic; a fresh process makes the high-water mark bel
 measurement alone. Large buffers are mmap-ed and returned to the OS when freed, so the
 high-water mark is close to the true peak.
 
-Workers run with ``OMP_WAIT_POLICY=PASSIVE`` (unless set): on a machine shared with other jobs,
-OpenMP threads that spin while waiting at barriers make small ops 10x slower whenever the other
-thread is descheduled, which measures the neighbours, not the model. The process CPU time of each
-step is recorded too; its ratios are printed in a second table (with passive waiting it counts
-work, not spinning).
+OpenMP: workers run with OpenMP's default waiting (threads spin a while at a barrier, then
+sleep), which is what a user's training run gets; ``--omp-wait passive|active`` sets
+``OMP_WAIT_POLICY`` for them instead (an ``OMP_WAIT_POLICY`` already in the environment is kept
+unless the option is given). Passive waiting charges every parallel region (every op, and MKL's
+GEMMs several times) a thread wake-up, which on a VM can cost up to ~1 ms (measured on the 2-core
+development VM: ``index_add_`` of 8 k x 64 rows 0.15 ms default, 1.5 ms passive; a 512 x 64 x 1136
+GEMM ~1.5x slower), so passive ratios largely count how many ops an encoding issues rather than
+its work. The process CPU time of each step is recorded too; its ratios are printed in a second
+table.
 """
 from __future__ import annotations
 
@@ -166,7 +170,9 @@ WORKERS = {"_pos_enc_time_worker": _pos_enc_time_worker, "_pos_enc_mem_worker": 
 def _run_worker(name: str, spec: dict, timeout: float) -> Optional[dict]:
     cmd = [sys.executable, "-m", "asrkit.bench", name, json.dumps(spec)]
     n = str(spec["threads"])
-    env = dict(os.environ, OMP_NUM_THREADS=n, MKL_NUM_THREADS=n, OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "PASSIVE"))
+    env = dict(os.environ, OMP_NUM_THREADS=n, MKL_NUM_THREADS=n)
+    if spec.get("omp_wait"):
+        env["OMP_WAIT_POLICY"] = spec["omp_wait"].upper()
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
@@ -210,6 +216,8 @@ def bench_pos_enc(argv: list[str]) -> int:
     p.add_argument("--long", type=int, nargs="*", help="extra lengths for linear-attention rows (default 10000)")
     p.add_argument("--only", nargs="+", help="only rows whose label contains one of these")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per measurement")
+    p.add_argument("--omp-wait", choices=["passive", "active"],
+                   help="OMP_WAIT_POLICY of the workers (default: OpenMP's own, spin then sleep)")
     args = p.parse_args(argv)
     import torch  # noqa: F401  (fail here, clearly, rather than in every worker)
 
@@ -233,7 +241,8 @@ def bench_pos_enc(argv: list[str]) -> int:
             base = _base_label(row)
             if label == base:
                 continue
-            spec = dict(T=T, batch=args.batch, threads=args.threads, reps=reps, rows=[by_label[base], row])
+            spec = dict(T=T, batch=args.batch, threads=args.threads, reps=reps, rows=[by_label[base], row],
+                        omp_wait=args.omp_wait)
             r = _run_worker("_pos_enc_time_worker", spec, args.timeout * 2)
             if r is not None:
                 times[label] = dict(r[label], base_all_s=r[base]["all_s"], base_all_cpu_s=r[base]["all_cpu_s"])
@@ -245,7 +254,8 @@ def bench_pos_enc(argv: list[str]) -> int:
                            "all_s": all_s, "all_cpu_s": all_cpu, "base_all_s": all_s, "base_all_cpu_s": all_cpu}
         for label, pos_enc, attention, extra in todo:
             mem = _run_worker("_pos_enc_mem_worker", dict(pos_enc=pos_enc, attention=attention, T=T, batch=args.batch,
-                                                          threads=args.threads, extra=extra), args.timeout)
+                                                          threads=args.threads, extra=extra, omp_wait=args.omp_wait),
+                              args.timeout)
             r = times.get(label)
             res[(label, T)] = None if r is None or mem is None else dict(r, peak_mb=mem["peak_mb"])
             msg = "failed" if res[(label, T)] is None else f"{1000 * r['time_s']:9.1f} ms {mem['peak_mb']:8.1f} MB"
@@ -253,7 +263,8 @@ def bench_pos_enc(argv: list[str]) -> int:
     all_T = lengths + long
     lines = [
         f"# pos_enc benchmark: {N_LAYERS} layers, d={D_MODEL}, {N_HEADS} heads, d_ff={D_FF}, batch {args.batch}, "
-        f"{args.threads} CPU threads, forward+backward (train mode)",
+        f"{args.threads} CPU threads, forward+backward (train mode), OpenMP waiting: "
+        f"{args.omp_wait or os.environ.get('OMP_WAIT_POLICY') or 'default'}",
         "",
         f"Time = median over {'/'.join(str(_reps(T, args.reps)) for T in lengths + long)} rounds (T = "
         f"{'/'.join(str(T) for T in lengths + long)}); every row runs in its own process together with its base row, "

@@ -613,6 +613,26 @@ def test_bench_dispatch_and_worker():
     assert set(t) == {"nopos", "spe", "torch"} and all(len(v["all_s"]) == 2 for v in t.values())
 
 
+def test_bench_openmp_wait_policy_reaches_workers(monkeypatch):
+    """Workers keep OpenMP's default waiting unless --omp-wait is given (then OMP_WAIT_POLICY)."""
+    import subprocess
+
+    from asrkit import bench
+
+    seen = []
+
+    def fake_run(cmd, env, **kw):
+        seen.append(env.get("OMP_WAIT_POLICY"))
+        return subprocess.CompletedProcess(cmd, 0, stdout='{"ok": 1}\n', stderr="")
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.setattr(bench.subprocess, "run", fake_run)
+    spec = dict(T=10, batch=1, threads=2)
+    assert bench._run_worker("_pos_enc_mem_worker", spec, 10) == {"ok": 1}
+    bench._run_worker("_pos_enc_mem_worker", dict(spec, omp_wait="passive"), 10)
+    assert seen == [None, "PASSIVE"]
+
+
 def test_explicit_bias_attention_equals_sdpa():
     """attention(): the explicit path taken for a learnable bias on CPU gives SDPA's values and
     gradients."""
