@@ -346,6 +346,14 @@ def config_from_dict(data: dict) -> Config:
     return validate(_from_dict(Config, data))
 
 
+def with_overrides(cfg: Config, pairs: list[tuple[str, Any]]) -> Config:
+    """A validated copy of ``cfg`` with ``(dotted.key, value)`` pairs (:func:`parse_overrides`) set."""
+    data = to_dict(cfg)
+    for key, value in pairs:
+        _set_nested(data, key, value)
+    return config_from_dict(data)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="asrkit config", description="Validate a config and print it resolved.")
     p.add_argument("config", type=Path)

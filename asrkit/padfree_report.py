@@ -212,7 +212,8 @@ def hop_curve(exp_dir: Path, set_name: str, hops_ms: Sequence[float], checkpoint
     ``overrides`` are ``decode.*=value`` settings (e.g. the recipe's WFST decoding), applied to
     every hop, so the curve is measured with the decoder the recipe reports."""
     from asrkit.data.manifests import load_cuts
-    from asrkit.decode.run import decode_set, load_model, parse_decode_overrides, with_decode_overrides
+    from asrkit.config import with_overrides
+    from asrkit.decode.run import decode_set, load_model, parse_decode_overrides
     from asrkit.scoring import score_dir
     from asrkit.textnorm import NORMALIZERS
 
@@ -225,7 +226,7 @@ def hop_curve(exp_dir: Path, set_name: str, hops_ms: Sequence[float], checkpoint
     norm = norm or (corpus_norm if corpus_norm in NORMALIZERS else "none")
     rows = []
     for h in hops_ms:
-        c = with_decode_overrides(cfg, [*pairs, ("decode.hop", h / 1000.0), ("decode.batch_size", 1)])
+        c = with_overrides(cfg, [*pairs, ("decode.hop", h / 1000.0), ("decode.batch_size", 1)])
         out = exp_dir / f"decode_{set_name}_hop{h:g}ms"
         info = decode_set(model, c, tok, cuts, out, set_name, hop=h / 1000.0)
         res = score_dir(out, bins=c.decode.bins, normalizer=norm)

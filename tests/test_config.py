@@ -18,6 +18,18 @@ def test_overrides_are_typed(tmp_path):
     assert cfg.data.train_sets == ["a", "b"] and cfg.encoder.pos_enc == "nopos"
 
 
+def test_with_overrides_copies_types_and_validates():
+    from asrkit.config import parse_overrides, with_overrides
+
+    cfg = load_config(None, ["decode.beam=5"])
+    new = with_overrides(cfg, parse_overrides(["decode.beam=3", "decode.hop=0.02"]))
+    assert (new.decode.beam, new.decode.hop) == (3, 0.02) and cfg.decode.beam == 5  # a copy
+    with pytest.raises(ConfigError, match="decode.ctc_weight=1.5"):
+        with_overrides(cfg, [("decode.ctc_weight", 1.5)])
+    with pytest.raises(ConfigError, match="bem"):
+        with_overrides(cfg, [("decode.bem", 3)])
+
+
 def test_unknown_key_lists_valid_keys(tmp_path):
     p = tmp_path / "c.yaml"
     p.write_text("encoder: {d_modle: 128}\n")

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from asrkit.config import ConfigError, config_from_dict, load_config, parse_overrides, to_dict
+from asrkit.config import ConfigError, config_from_dict, load_config, parse_overrides, to_dict, with_overrides
 from asrkit.utils import atomic_write, setup_logging
 
 logger = logging.getLogger(__name__)
@@ -167,15 +167,6 @@ def parse_decode_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
     return pairs
 
 
-def with_decode_overrides(cfg, pairs: list[tuple[str, Any]]):
-    """A copy of the experiment config ``cfg`` with ``(decode.key, value)`` pairs (from
-    :func:`parse_decode_overrides`) applied; the result is validated."""
-    from asrkit.config import _set_nested
-
-    d = to_dict(cfg)
-    for key, value in pairs:
-        _set_nested(d, key, value)
-    return config_from_dict(d)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -197,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         overrides = parse_decode_overrides(args.overrides)  # fail before loading anything
         model, cfg, tok = load_model(args.exp_dir, args.checkpoint, ema=not args.raw_weights)
-        cfg = with_decode_overrides(cfg, overrides)
+        cfg = with_overrides(cfg, overrides)
     except (ConfigError, FileNotFoundError, ValueError) as e:
         print(f"asrkit decode: error: {e}", file=sys.stderr)
         return 2
