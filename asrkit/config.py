@@ -15,16 +15,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import yaml
 
-
-class ConfigError(ValueError):
-    """A config key or value is invalid. The message names the key."""
+from asrkit.schema import ConfigError, from_dict, load_yaml_mapping, parse_overrides, set_nested
 
 
 @dataclass
@@ -191,97 +188,6 @@ CHOICES: dict[str, tuple[str, ...]] = {
 }
 
 
-def _coerce(value: Any, typ: Any, key: str) -> Any:
-    """Check/convert ``value`` to the dataclass field type ``typ``; ConfigError names ``key``."""
-    origin = typing.get_origin(typ)
-    if typ is Any:
-        return value
-    if origin is typing.Union:  # Optional[X]
-        args = [a for a in typing.get_args(typ) if a is not type(None)]
-        return None if value is None else _coerce(value, args[0], key)
-    if typ is bool:
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(f"config key {key!r}: expected true/false, got {value!r}")
-    if typ is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, float) and value.is_integer():
-                return int(value)
-            raise ConfigError(f"config key {key!r}: expected an integer, got {value!r}")
-        return value
-    if typ is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"config key {key!r}: expected a number, got {value!r}")
-        return float(value)
-    if typ is str:
-        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-            raise ConfigError(f"config key {key!r}: expected a string, got {value!r}")
-        return str(value)
-    if typ is list or origin is list:
-        if isinstance(value, tuple):
-            value = list(value)
-        if not isinstance(value, list):
-            raise ConfigError(f"config key {key!r}: expected a list, got {value!r}")
-        return value
-    if typ is dict or origin is dict:
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            raise ConfigError(f"config key {key!r}: expected a mapping, got {value!r}")
-        return value
-    return value
-
-
-def _from_dict(cls: type, data: dict, prefix: str = "") -> Any:
-    if not isinstance(data, dict):
-        raise ConfigError(f"config section {prefix.rstrip('.') or '<root>'!r}: expected a mapping, got {data!r}")
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    unknown = [k for k in data if k not in names]
-    if unknown:
-        where = prefix.rstrip(".") or "top level"
-        raise ConfigError(
-            f"unknown config key(s) {', '.join(repr(prefix + k) for k in unknown)} in {where}; "
-            f"valid keys: {', '.join(names)}"
-        )
-    kwargs = {}
-    for name in names:
-        if name not in data:
-            continue
-        typ = hints[name]
-        if dataclasses.is_dataclass(typ):
-            kwargs[name] = _from_dict(typ, data[name] or {}, f"{prefix}{name}.")
-        else:
-            kwargs[name] = _coerce(data[name], typ, prefix + name)
-    return cls(**kwargs)
-
-
-def _set_nested(d: dict, dotted: str, value: Any) -> None:
-    parts = dotted.split(".")
-    cur = d
-    for p in parts[:-1]:
-        nxt = cur.get(p)
-        if nxt is None:
-            nxt = cur[p] = {}
-        if not isinstance(nxt, dict):
-            raise ConfigError(f"override {dotted!r}: {p!r} is not a section")
-        cur = nxt
-    cur[parts[-1]] = value
-
-
-def parse_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
-    """``["a.b=1", "c.d=[1, 2]"]`` -> ``[("a.b", 1), ("c.d", [1, 2])]`` (values parsed as YAML)."""
-    out = []
-    for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"override {item!r} is not of the form key=value")
-        key, raw = item.split("=", 1)
-        key = key.strip().replace("-", "_")
-        value = yaml.safe_load(raw) if raw.strip() else ""
-        out.append((key, value))
-    return out
-
-
 def validate(cfg: Config) -> Config:
     """Cross-field checks (choices, ranges, positional-encoding options). Raises ConfigError."""
     flat = to_dict(cfg)
@@ -321,14 +227,11 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
         path = Path(path)
         if not path.is_file():
             raise ConfigError(f"config file {path} does not exist")
-        try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(f"config file {path} is not valid YAML: {e}") from e
+        data = load_yaml_mapping(path.read_text(), f"config file {path}")
     for key, value in parse_overrides(overrides or []):
-        _set_nested(data, key, value)
+        set_nested(data, key, value)
     try:
-        cfg = _from_dict(Config, data)
+        cfg = from_dict(Config, data)
     except ConfigError as e:
         raise ConfigError(f"{path or '<overrides>'}: {e}") from None
     return validate(cfg)
@@ -343,14 +246,14 @@ def dump_config(cfg: Config) -> str:
 
 
 def config_from_dict(data: dict) -> Config:
-    return validate(_from_dict(Config, data))
+    return validate(from_dict(Config, data))
 
 
 def with_overrides(cfg: Config, pairs: list[tuple[str, Any]]) -> Config:
     """A validated copy of ``cfg`` with ``(dotted.key, value)`` pairs (:func:`parse_overrides`) set."""
     data = to_dict(cfg)
     for key, value in pairs:
-        _set_nested(data, key, value)
+        set_nested(data, key, value)
     return config_from_dict(data)
 
 

@@ -1,4 +1,4 @@
-"""asrkit.report (RESULTS.md) and asrkit.compare (compare.md + PNG plots) on small fake
+"""asrkit.reports.report (RESULTS.md) and asrkit.reports.compare (compare.md + PNG plots) on small fake
 experiments scored with the real scorer."""
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from asrkit import compare, report
-from asrkit.compare import compare_experiments
-from asrkit.report import write_results_md
+from asrkit.reports import compare, report
+from asrkit.reports.compare import compare_experiments
+from asrkit.reports.report import write_results_md
 from asrkit.scoring import score_dir
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -204,7 +204,7 @@ def _write_hyps(path: Path, rows):
 
 
 def test_looping_and_skipping_detector(tmp_path):
-    from asrkit.analysis import detect_loops_and_skips, main
+    from asrkit.reports.analysis import detect_loops_and_skips, main
 
     ref = "a curious language and marriage rule which is called linguistic exogamy the curious thing is here"
     skip = "a curious thing is here"  # jumps from the first 'curious' to the second
@@ -222,7 +222,7 @@ def test_looping_and_skipping_detector(tmp_path):
 
 
 def test_errors_vs_length_plot(tmp_path):
-    from asrkit.analysis import errors_by_length, main
+    from asrkit.reports.analysis import errors_by_length, main
 
     _write_hyps(tmp_path / "a", [("a b c", "a b c"), ("a b c d e f", "a b"), ("x y", "x z")])
     bins = errors_by_length(tmp_path / "a/hyp.jsonl", bin_width=5)
@@ -233,7 +233,7 @@ def test_errors_vs_length_plot(tmp_path):
 
 
 def test_pca_and_receptive_field_cli(tmp_path, capsys):
-    from asrkit.analysis import encoder_pca, main, parse_marks, plot_pca
+    from asrkit.reports.analysis import encoder_pca, main, parse_marks, plot_pca
 
     m = build_model(_cfg(typ="gated_conv", pos="sinpos"), 10).eval()
     feats, lens, times = _batch([200])

@@ -13,7 +13,7 @@ from asrkit.data.features import num_frames
 from asrkit.data.padfree import (PadFreeDataset, PadFreeSampler, choose_hops, drop_frames, hop_seconds,
                                  plan_batch)
 from asrkit.data.sampling import ResumableSampler
-from asrkit.padfree_report import synthetic_cuts
+from asrkit.reports.padfree import synthetic_cuts
 from asrkit.tokenizer import CharTokenizer
 
 SR = 16000
@@ -365,7 +365,7 @@ def test_trainer_builds_the_dataset_the_sampler_needs(audio_cuts):
 
 
 def test_padding_fractions_and_hop_histogram(tmp_path):
-    from asrkit.padfree_report import epoch_hops, hop_summary, padding_fractions, plot_hop_histogram
+    from asrkit.reports.padfree import epoch_hops, hop_summary, padding_fractions, plot_hop_histogram
 
     cuts = synthetic_cuts(300, 7.8, 2.9, seed=0)
     res = padding_fractions(cuts, max_duration=80.0, seed=0)
@@ -390,7 +390,7 @@ def test_hop_curve_decodes_each_hop(tmp_path, audio_cuts):
     from asrkit.config import to_dict
     from asrkit.data.manifests import manifest_path
     from asrkit.model import build_model
-    from asrkit.padfree_report import main
+    from asrkit.reports.padfree import main
     from asrkit.tokenizer import save_tokenizer
 
     tok = CharTokenizer()
@@ -417,7 +417,7 @@ def test_hop_curve_decodes_each_hop(tmp_path, audio_cuts):
 def test_hop_curve_rejects_non_decode_overrides_before_loading(tmp_path):
     """hop-curve's key=value settings are decode.* only; a wrong one fails before any model is loaded."""
     from asrkit.config import ConfigError
-    from asrkit.padfree_report import hop_curve
+    from asrkit.reports.padfree import hop_curve
 
     with pytest.raises(ConfigError, match="only decode.* keys"):
         hop_curve(tmp_path / "no-such-exp", "test", [10.0], overrides=["optim.lr=0.1"])

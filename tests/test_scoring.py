@@ -364,7 +364,7 @@ def test_cli_missing_dir_and_bad_bins(tmp_path, capsys):
 
 def test_scoring_modules_do_not_import_torch():
     code = (
-        "import sys, asrkit.scoring, asrkit.report, asrkit.compare, asrkit.textnorm; "
+        "import sys, asrkit.scoring, asrkit.reports.report, asrkit.reports.compare, asrkit.textnorm; "
         "sys.exit('torch' in sys.modules)"
     )
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

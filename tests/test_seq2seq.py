@@ -303,7 +303,7 @@ def test_attention_decoding_needs_a_decoder():
 
 
 def test_attention_maps_for_analysis(tmp_path):
-    from asrkit.analysis import attention_maps, plot_attention
+    from asrkit.reports.analysis import attention_maps, plot_attention
 
     cfg = _model_cfg("decoder.type=lstm", "decoder.options={units: 16, embed_dim: 8, att_dim: 8, readout_dim: 16}")
     m = build_model(cfg, V).eval()

@@ -9,6 +9,8 @@ from typing import Callable
 
 from torch import nn
 
+from asrkit.schema import ConfigError
+
 #: encoder.type -> builder(cfg) -> encoder module with ``d_model`` and forward(feats, lens, times)
 ENCODERS: dict[str, Callable] = {}
 #: decoder.type -> builder(cfg, encoder_dim, vocab_size) -> decoder module with ``loss(enc_out, batch)``
@@ -40,7 +42,6 @@ def _load_plugins() -> None:
 
 
 def validate_model_config(cfg) -> None:
-    from asrkit.config import ConfigError
     from asrkit.model.posenc import validate_pos_config
 
     _load_plugins()

@@ -49,6 +49,7 @@ from asrkit.model import ENCODERS, VALIDATORS
 from asrkit.model.asr import NoFramesError
 from asrkit.model.posenc import POS_ENCODINGS, build_pos_encoding
 from asrkit.model.posenc.base import PositionalEncoding
+from asrkit.schema import ConfigError, from_dict
 
 logger = logging.getLogger(__name__)
 
@@ -71,9 +72,8 @@ class ConvOptions:
 
 def conv_options(enc_cfg) -> ConvOptions:
     """Parse and check ``encoder.options`` (strict keys). Raises ConfigError naming the key."""
-    from asrkit.config import ConfigError, _from_dict
 
-    o = _from_dict(ConvOptions, dict(enc_cfg.options or {}), "encoder.options.")
+    o = from_dict(ConvOptions, dict(enc_cfg.options or {}), "encoder.options.")
     if o.kernel < 1 or o.kernel % 2 == 0:
         raise ConfigError(f"encoder.options.kernel={o.kernel}: the depthwise filter width W must be odd and >= 1 "
                           "(the filter is centred on its frame, Eq. 1 sums i = -(W-1)/2 .. (W-1)/2), e.g. 3, 5, 7, 11, 15")
@@ -254,7 +254,6 @@ def _conv_pos_encodings() -> list[str]:
 
 def validate_conv_config(cfg) -> None:
     """VALIDATORS hook: ``encoder.options`` and what a conv encoder needs from the rest of the config."""
-    from asrkit.config import ConfigError
 
     enc = cfg.encoder
     if enc.type not in CONV_TYPES:

@@ -30,6 +30,7 @@ from torch import Tensor, nn
 
 from asrkit.decode.attention import EOS, SearchOptions, beam_search
 from asrkit.model import DECODERS, VALIDATORS
+from asrkit.schema import ConfigError, from_dict
 
 
 @dataclass
@@ -72,11 +73,10 @@ OPTIONS = {"lstm": LstmDecoderOptions, "transformer": TransformerDecoderOptions}
 
 def decoder_options(dec_cfg):
     """Parse ``decoder.options`` for ``decoder.type`` (strict keys). Raises ConfigError naming the key."""
-    from asrkit.config import ConfigError, _from_dict
 
     cls = OPTIONS[dec_cfg.type]
     try:
-        o = _from_dict(cls, dict(dec_cfg.options or {}), "decoder.options.")
+        o = from_dict(cls, dict(dec_cfg.options or {}), "decoder.options.")
     except ConfigError as e:
         raise ConfigError(f"{e} (options of decoder.type={dec_cfg.type!r})") from None
     for key in ("dropout", "label_smoothing", "layer_drop"):
@@ -104,7 +104,6 @@ def decoder_options(dec_cfg):
 
 def validate_decoder_config(cfg) -> None:
     """VALIDATORS hook: decoder options, loss weights and the decode method."""
-    from asrkit.config import ConfigError
 
     d = cfg.decoder
     if not 0.0 <= d.ctc_weight <= 1.0:

@@ -34,6 +34,7 @@ from asrkit.model.posenc.concat import ConcatSin
 from asrkit.model.posenc.cpe import CPE
 from asrkit.model.posenc.relpos import RelPos, RelPosFirst
 from asrkit.model.posenc.spe import ConvSPE, SineSPE
+from asrkit.schema import ConfigError, from_dict
 
 #: config value -> class. Every encoding registers here.
 POS_ENCODINGS: dict[str, type[PositionalEncoding]] = {
@@ -52,7 +53,6 @@ def pos_options(name: str, opts: dict, frame_step: float | None = None) -> Any:
 
     ``frame_step`` (seconds per encoder frame, i.e. ``features.hop x frontend.stride``) becomes the
     default of an encoding's ``frame_step`` option unless ``encoder.pos`` sets it explicitly."""
-    from asrkit.config import ConfigError, _from_dict
 
     if name not in POS_ENCODINGS:
         raise ConfigError(f"config key 'encoder.pos_enc': unknown encoding {name!r}; valid: {', '.join(POS_ENCODINGS)}")
@@ -61,14 +61,13 @@ def pos_options(name: str, opts: dict, frame_step: float | None = None) -> Any:
     if frame_step is not None and "frame_step" in {f.name for f in dataclasses.fields(cls)}:
         opts.setdefault("frame_step", frame_step)
     try:
-        return _from_dict(cls, opts, "encoder.pos.")
+        return from_dict(cls, opts, "encoder.pos.")
     except ConfigError as e:
         raise ConfigError(f"{e} (options of pos_enc={name!r})") from None
 
 
 def validate_pos_config(enc_cfg, frame_step: float | None = None) -> None:
     """Check ``encoder.pos_enc``, its options and its attention kind. Raises ConfigError."""
-    from asrkit.config import ConfigError
 
     opts = pos_options(enc_cfg.pos_enc, enc_cfg.pos, frame_step)
     cls = POS_ENCODINGS[enc_cfg.pos_enc]

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from asrkit.model.posenc.base import PositionalEncoding, PosState
+from asrkit.schema import ConfigError
 
 
 class AbsPos(PositionalEncoding):
@@ -28,7 +29,6 @@ class AbsPos(PositionalEncoding):
         init_std: float = 0.02  #: normal init of the table
 
         def __post_init__(self):
-            from asrkit.config import ConfigError
 
             if self.frame_step <= 0 or self.context_s < self.frame_step:
                 raise ConfigError(

@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 from asrkit.model.posenc.base import PosState, SinPos
+from asrkit.schema import ConfigError
 
 
 def masked_mean(times: Tensor, mask: Tensor) -> Tensor:
@@ -59,7 +60,6 @@ class Cape(SinPos):
         mean_normalize: bool = True  #: subtract the mean valid time (train and eval)
 
         def __post_init__(self):
-            from asrkit.config import ConfigError
 
             if self.max_scale < 1:
                 raise ConfigError(f"encoder.pos.max_scale={self.max_scale} must be >= 1 (lambda_max)")
@@ -108,7 +108,6 @@ class Shape(SinPos):
         frame_step: float = 0.03  #: seconds per frame: the offset is k * frame_step seconds
 
         def __post_init__(self):
-            from asrkit.config import ConfigError
 
             if self.max_shift < 0 or self.frame_step <= 0:
                 raise ConfigError(f"encoder.pos.max_shift={self.max_shift} must be >= 0 and frame_step > 0")

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from asrkit.model.posenc.base import PositionalEncoding, PosState, sinusoid
+from asrkit.schema import ConfigError
 
 
 class ConcatSin(PositionalEncoding):
@@ -26,7 +27,6 @@ class ConcatSin(PositionalEncoding):
         scale: float = 1.0  #: multiplier of the embedding
 
         def __post_init__(self):
-            from asrkit.config import ConfigError
 
             if self.dim <= 0 or self.dim % 2:
                 raise ConfigError(f"encoder.pos.dim={self.dim} must be a positive even number")

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from torch import Tensor, nn
 
 from asrkit.model.posenc.base import PositionalEncoding, PosState
+from asrkit.schema import ConfigError
 
 
 class CPE(PositionalEncoding):
@@ -27,7 +28,6 @@ class CPE(PositionalEncoding):
         layers: list = field(default_factory=lambda: [0])  #: after these layers; -1 = before layer 0
 
         def __post_init__(self):
-            from asrkit.config import ConfigError
 
             if self.kernel < 1 or self.kernel % 2 == 0:
                 raise ConfigError(
@@ -41,7 +41,6 @@ class CPE(PositionalEncoding):
 
     @staticmethod
     def check_config(opts, enc_cfg) -> None:
-        from asrkit.config import ConfigError
 
         bad = [i for i in opts.layers if not -1 <= i < enc_cfg.n_layers]
         if bad:

@@ -35,6 +35,7 @@ import torch
 from torch import Tensor, nn
 
 from asrkit.model.posenc.base import PositionalEncoding, PosState, QBias
+from asrkit.schema import ConfigError
 
 
 class RelPos(PositionalEncoding):
@@ -51,7 +52,6 @@ class RelPos(PositionalEncoding):
         init_std: float = 0.02  #: normal init of the tables
 
         def __post_init__(self):
-            from asrkit.config import ConfigError
 
             if self.frame_step <= 0 or self.context_s < 0:
                 raise ConfigError(f"encoder.pos.frame_step={self.frame_step} must be > 0, context_s={self.context_s} >= 0")

@@ -49,6 +49,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from asrkit.model.posenc.base import PositionalEncoding, PosState
+from asrkit.schema import ConfigError
 
 
 @dataclass
@@ -59,7 +60,6 @@ class SPEOptions:
     eval_seed: int = 0  #: seed of the codes at evaluation (deterministic inference)
 
     def __post_init__(self):
-        from asrkit.config import ConfigError
 
         if self.realizations < 1 or self.frame_step <= 0:
             raise ConfigError(f"encoder.pos.realizations={self.realizations} must be >= 1 and frame_step > 0")
@@ -149,7 +149,6 @@ class SineSPE(SPE):
 
         def __post_init__(self):
             super().__post_init__()
-            from asrkit.config import ConfigError
 
             if self.sines < 1:
                 raise ConfigError(f"encoder.pos.sines={self.sines} must be >= 1")
@@ -217,7 +216,6 @@ class ConvSPE(SPE):
 
         def __post_init__(self):
             super().__post_init__()
-            from asrkit.config import ConfigError
 
             if self.kernel_size < 1:
                 raise ConfigError(f"encoder.pos.kernel_size={self.kernel_size} must be >= 1")

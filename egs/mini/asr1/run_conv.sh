@@ -35,7 +35,7 @@ done
 
 for s in test test-longform; do
     ds=(); for d in "${dirs[@]}"; do ds+=("$d/decode_$s"); done
-    python -m asrkit.analysis looping "${ds[@]}" --min-span "$min_span" --json "exp/${name}_looping_${s}.json"
-    python -m asrkit.analysis errors-vs-length "${ds[@]}" --names $(for d in "${dirs[@]}"; do basename "$d"; done) \
+    asrkit analysis looping "${ds[@]}" --min-span "$min_span" --json "exp/${name}_looping_${s}.json"
+    asrkit analysis errors-vs-length "${ds[@]}" --names $(for d in "${dirs[@]}"; do basename "$d"; done) \
         --out "exp/${name}_errors_vs_length_${s}.png"
 done

@@ -27,9 +27,9 @@ __asrkit_opts="steps encodings train_config extra_args hops hop_sets decode_args
 . ./path.sh
 mkdir -p "$out" exp/padfree_report
 max_duration=$(asrkit config "$train_config" | python -c "import sys, yaml; print(yaml.safe_load(sys.stdin)['data']['max_duration'])")
-python -m asrkit.padfree_report padding --cuts data/manifests/mini_cuts_train.jsonl.gz \
+asrkit padfree padding --cuts data/manifests/mini_cuts_train.jsonl.gz \
     --max-duration "$max_duration" --out exp/padfree_report
-python -m asrkit.padfree_report hops --cuts data/manifests/mini_cuts_train.jsonl.gz \
+asrkit padfree hops --cuts data/manifests/mini_cuts_train.jsonl.gz \
     --max-duration "$max_duration" --out exp/padfree_report
 
 tags=()
@@ -61,6 +61,6 @@ cat "$out/throughput.md"
 
 first_pf=$(for t in "${tags[@]}"; do case "$t" in */pf_*) echo "$t"; break ;; esac; done)
 for s in $hop_sets; do
-    python -m asrkit.padfree_report hop-curve --exp-dir "$first_pf" --set "$s" --hops "$hops" $decode_args
+    asrkit padfree hop-curve --exp-dir "$first_pf" --set "$s" --hops "$hops" $decode_args
 done
 echo "tables: $out/compare.md $out/throughput.md exp/padfree_report/padding.md $first_pf/hop_curve_*.md"

@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
-from asrkit.report import fmt_wer, load_experiment, md_table, ordered_union, window_labels
+from asrkit.reports.report import fmt_wer, load_experiment, md_table, ordered_union, window_labels
 from asrkit.utils import atomic_write
 
 logger = logging.getLogger(__name__)

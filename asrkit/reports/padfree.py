@@ -1,9 +1,9 @@
 """Measurements for padding-free training with a variable STFT hop (CAPE paper, appendix C.3).
 
-    python -m asrkit.padfree_report hops      --synthetic wsj --out OUT        # Fig. 14: hop histogram
-    python -m asrkit.padfree_report padding   --cuts CUTS.jsonl.gz --out OUT   # padding fraction per sampler
-    python -m asrkit.padfree_report hop-curve --exp-dir EXP --set test --hops 5,8,10,12,15,20   # Fig. 17
-    python -m asrkit.padfree_report bench-train --out OUT                      # train throughput, padded vs not
+    asrkit padfree hops      --synthetic wsj --out OUT        # Fig. 14: hop histogram
+    asrkit padfree padding   --cuts CUTS.jsonl.gz --out OUT   # padding fraction per sampler
+    asrkit padfree hop-curve --exp-dir EXP --set test --hops 5,8,10,12,15,20   # Fig. 17
+    asrkit padfree bench-train --out OUT                      # train throughput, padded vs not
 
 ``hops`` and ``padding`` read cut metadata only (durations, sample counts), never audio, so they
 run on real manifests (``--cuts``) or on synthetic durations drawn to match a corpus' statistics
@@ -357,7 +357,7 @@ def _add_cut_args(p: argparse.ArgumentParser) -> None:
 def main(argv: list[str] | None = None) -> int:
     from asrkit.utils import setup_logging
 
-    p = argparse.ArgumentParser(prog="python -m asrkit.padfree_report", description=__doc__,
+    p = argparse.ArgumentParser(prog="asrkit padfree", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     ph = sub.add_parser("hops", help="histogram of the hops of one epoch (paper Fig. 14)")

@@ -1,4 +1,4 @@
-"""`asrkit bench <name>`: benchmarks. ``pos_enc``: cost of every positional encoding.
+"""``pos_enc``: the cost of every positional encoding (time and peak memory against ``nopos``).
 
     python -m asrkit.bench pos_enc [--quick] [--out bench.md]
 
@@ -50,7 +50,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 #: (label, pos_enc, attention[, extra config overrides]); "torch" = torch.nn.TransformerEncoder
 POS_ENC_ROWS: list[tuple] = [
@@ -168,7 +168,7 @@ WORKERS = {"_pos_enc_time_worker": _pos_enc_time_worker, "_pos_enc_mem_worker": 
 
 
 def _run_worker(name: str, spec: dict, timeout: float) -> Optional[dict]:
-    cmd = [sys.executable, "-m", "asrkit.bench", name, json.dumps(spec)]
+    cmd = [sys.executable, "-m", "asrkit.bench", "--worker", f"{__name__}:{name}", json.dumps(spec)]
     n = str(spec["threads"])
     env = dict(os.environ, OMP_NUM_THREADS=n, MKL_NUM_THREADS=n)
     if spec.get("omp_wait"):
@@ -205,7 +205,7 @@ def _reps(T: int, reps: int = 0) -> int:
     return reps or (9 if T <= 1000 else 3 if T <= 3000 else 2)
 
 
-def bench_pos_enc(argv: list[str]) -> int:
+def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="asrkit bench pos_enc", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="T = 100, 300 (+1000 for linear attention): a smoke run")
     p.add_argument("--out", type=Path, help="also write the table as Markdown to this file")
@@ -314,26 +314,3 @@ def bench_pos_enc(argv: list[str]) -> int:
         print(f"asrkit bench pos_enc: {len(failed)} measurement(s) failed: {', '.join(failed)}", file=sys.stderr)
         return 1
     return 0
-
-
-#: benchmark name -> main(argv)
-BENCHMARKS: dict[str, Callable[[list[str]], int]] = {"pos_enc": bench_pos_enc}
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in WORKERS:  # internal: measurements in a fresh process
-        print(json.dumps(WORKERS[argv[0]](json.loads(argv[1]))))
-        return 0
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in BENCHMARKS:
-        usage = "usage: asrkit bench <name> [args]   (names: " + ", ".join(BENCHMARKS) + ")"
-        if argv and argv[0] not in ("-h", "--help"):
-            print(f"asrkit bench: unknown benchmark {argv[0]!r}\n{usage}", file=sys.stderr)
-            return 2
-        print(usage)
-        return 0 if argv else 2
-    return BENCHMARKS[argv[0]](argv[1:])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

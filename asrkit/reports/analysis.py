@@ -1,11 +1,11 @@
-"""`python -m asrkit.analysis <command>`: the analyses of Park & Sung (receptive field, encoder
+"""`asrkit analysis <command>`: the analyses of Park & Sung (receptive field, encoder
 PCA, attention maps, errors vs transcription length, looping/skipping). Plots are PNG files.
 
-    python -m asrkit.analysis receptive-field conf/conv_15x2048.yaml [key=value ...] [--widths 3,5,7,11,15]
-    python -m asrkit.analysis pca --exp-dir EXP --set test --utt ID [--mark 92:94 --mark 7.4s:7.6s] [--out pca.png]
-    python -m asrkit.analysis attention --exp-dir EXP --set test --utt ID [--out attention.png]
-    python -m asrkit.analysis errors-vs-length EXP/decode_test [EXP2/decode_test ...] [--bin-width 5] [--out fig4.png]
-    python -m asrkit.analysis looping EXP/decode_test-longform [...] [--min-span 4] [--json looping.json]
+    asrkit analysis receptive-field conf/conv_15x2048.yaml [key=value ...] [--widths 3,5,7,11,15]
+    asrkit analysis pca --exp-dir EXP --set test --utt ID [--mark 92:94 --mark 7.4s:7.6s] [--out pca.png]
+    asrkit analysis attention --exp-dir EXP --set test --utt ID [--out attention.png]
+    asrkit analysis errors-vs-length EXP/decode_test [EXP2/decode_test ...] [--bin-width 5] [--out fig4.png]
+    asrkit analysis looping EXP/decode_test-longform [...] [--min-span 4] [--json looping.json]
 
 * ``receptive-field`` (Fig. 3): (W - 1) x 80 ms x layers, and the exact span of input frames.
 * ``pca`` (Fig. 5): the first two principal components of the encoder outputs of one utterance,
@@ -288,7 +288,7 @@ def detect_loops_and_skips(path: Pathlike, min_span: int = 4, norm: str = "none"
 def main(argv: Optional[list[str]] = None) -> int:
     from asrkit.utils import setup_logging
 
-    p = argparse.ArgumentParser(prog="python -m asrkit.analysis", description=__doc__,
+    p = argparse.ArgumentParser(prog="asrkit analysis", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     rf = sub.add_parser("receptive-field", help="receptive field of a conv encoder config (Fig. 3)")

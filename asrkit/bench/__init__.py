@@ -1,0 +1,33 @@
+"""`python -m asrkit.bench <name>` (or `asrkit bench <name>`): benchmarks, one module each.
+
+    python -m asrkit.bench pos_enc [--quick] [--out bench.md]     # cost of every positional encoding
+
+Speed targets live here, not in the test suite. A benchmark that measures in fresh processes
+runs its workers as ``python -m asrkit.bench --worker <module>:<function> <json spec>``.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+
+#: benchmark name -> module with ``main(argv) -> int``
+BENCHMARKS: dict[str, str] = {
+    "pos_enc": "asrkit.bench.pos_enc",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--worker"]:  # internal: one measurement in a fresh process, JSON on stdout
+        module, func = argv[1].split(":")
+        print(json.dumps(getattr(importlib.import_module(module), func)(json.loads(argv[2]))))
+        return 0
+    usage = "usage: asrkit bench <name> [args]   (names: " + ", ".join(BENCHMARKS) + ")"
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage)
+        return 0 if argv else 2
+    if argv[0] not in BENCHMARKS:
+        print(f"asrkit bench: unknown benchmark {argv[0]!r}\n{usage}", file=sys.stderr)
+        return 2
+    return int(importlib.import_module(BENCHMARKS[argv[0]]).main(argv[1:]) or 0)

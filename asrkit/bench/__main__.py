@@ -1,0 +1,5 @@
+import sys
+
+from asrkit.bench import main
+
+sys.exit(main())
