@@ -16,17 +16,17 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cuts": ("asrkit.data.cuts", "check audio of manifests, build long-form windows (recipe stage 2)"),
     "longform": ("asrkit.data.longform", "build long-form windows (10..45 s) from segments"),
     "tokens": ("asrkit.tokenizer", "train a tokenizer (letters or sentencepiece)"),
-    "train": ("asrkit.train", "train a model from a YAML config plus key=value overrides"),
+    "train": ("asrkit.training.command", "train a model from a YAML config plus key=value overrides"),
     "decode": ("asrkit.decode.run", "decode test sets with a trained model"),
     "score": ("asrkit.scoring", "score hypotheses: sclite-style summary, WER per duration bin"),
     "report": ("asrkit.reports.report", "write RESULTS.md for an experiment dir"),
     "compare": ("asrkit.reports.compare", "compare experiments: Markdown table and PNG plots"),
-    "average": ("asrkit.average", "average the last or best N checkpoints"),
+    "average": ("asrkit.training.average", "average the last or best N checkpoints"),
     "lm": ("asrkit.decode.lm", "train an n-gram LM / build a decoding graph"),
     "analysis": ("asrkit.reports.analysis", "Park & Sung analyses: receptive field, PCA, attention maps, errors vs length, looping"),
     "padfree": ("asrkit.reports.padfree", "padding-free pipeline reports: hop histogram, padding fraction, hop-vs-WER curve"),
     "bench": ("asrkit.bench", "benchmarks (python -m asrkit.bench <name>)"),
-    "config": ("asrkit.config", "print the resolved config (validates it)"),
+    "config": ("asrkit.training.checks", "print the resolved config (validates it)"),
 }
 
 

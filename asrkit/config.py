@@ -1,7 +1,9 @@
 """Experiment configuration: typed dataclasses, loaded from YAML plus ``key=value`` overrides.
 
-Every key is checked before any work starts: an unknown key is an error that lists the valid
-keys of its section, a wrong type names the key and the value. The fully resolved config is
+Here every key is checked: an unknown key is an error that lists the valid keys of its section,
+a wrong type names the key and the value (:mod:`asrkit.schema`). What a value means (a known
+encoder, a valid range) is checked by the layer that reads it; a training run checks every
+section before any work starts (:mod:`asrkit.training.checks`). The fully resolved config is
 saved as ``config.yaml`` in the experiment dir, so a run is reproducible from that file alone.
 
     cfg = load_config("conf/ctc_small.yaml", ["encoder.pos_enc=cape", "optim.lr=0.5"])
@@ -12,9 +14,7 @@ Sections: ``features``, ``specaug``, ``tokens``, ``frontend``, ``encoder``, ``de
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -171,57 +171,11 @@ class Config:
     decode: DecodeConfig = field(default_factory=DecodeConfig)
 
 
-CHOICES: dict[str, tuple[str, ...]] = {
-    "tokens.kind": ("letters", "bpe", "unigram"),
-    "encoder.type": ("transformer", "conv", "gated_conv"),
-    "encoder.norm_first": (),
-    "encoder.activation": ("relu", "gelu", "swish"),
-    "encoder.attention": ("softmax", "linear_relu", "linear_favor"),
-    "decoder.type": ("none", "lstm", "transformer"),
-    "data.sampler": ("bucketing", "padfree"),
-    "data.on_bad_audio": ("raise", "skip"),
-    "optim.name": ("adagrad", "adam", "adamw"),
-    "optim.schedule": ("constant", "warmup_constant", "noam", "warmup_cosine"),
-    "train.amp": ("none", "bf16", "fp16"),
-    "train.device": ("auto", "cpu", "cuda"),
-    "decode.method": ("greedy", "prefix_beam", "wfst", "attention"),
-}
-
-
-def validate(cfg: Config) -> Config:
-    """Cross-field checks (choices, ranges, positional-encoding options). Raises ConfigError."""
-    flat = to_dict(cfg)
-    for key, choices in CHOICES.items():
-        if not choices:
-            continue
-        sec, name = key.split(".")
-        val = flat[sec][name]
-        if val not in choices:
-            raise ConfigError(f"config key {key!r}: invalid value {val!r}; valid: {', '.join(choices)}")
-    e = cfg.encoder
-    if e.d_model % e.n_heads:
-        raise ConfigError(f"encoder.d_model={e.d_model} is not divisible by encoder.n_heads={e.n_heads}")
-    for key, val in (("encoder.dropout", e.dropout), ("encoder.layer_drop", e.layer_drop), ("frontend.dropout", cfg.frontend.dropout)):
-        if not 0.0 <= val < 1.0:
-            raise ConfigError(f"config key {key!r}={val} must be in [0, 1)")
-    if cfg.frontend.kernel < 1 or cfg.frontend.stride < 1:
-        raise ConfigError("frontend.kernel and frontend.stride must be >= 1")
-    if cfg.features.hop <= 0 or cfg.features.win <= 0:
-        raise ConfigError("features.hop and features.win must be > 0 (seconds)")
-    if cfg.train.accum_grad < 1:
-        raise ConfigError("train.accum_grad must be >= 1")
-    if cfg.decode.ctc_weight != -1.0 and not 0.0 <= cfg.decode.ctc_weight <= 1.0:
-        raise ConfigError(f"decode.ctc_weight={cfg.decode.ctc_weight} must be in [0, 1] (or -1: the model's own)")
-    if len(cfg.decode.bins) and sorted(cfg.decode.bins) != list(cfg.decode.bins):
-        raise ConfigError(f"decode.bins must be increasing, got {cfg.decode.bins}")
-    from asrkit.model import validate_model_config  # pos-enc name/options, encoder/decoder kinds
-
-    validate_model_config(cfg)
-    return cfg
-
-
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> Config:
-    """Load a YAML config, apply ``key=value`` overrides, validate. Raises ConfigError on any problem."""
+    """Load a YAML config and apply ``key=value`` overrides: every key known, every value of its type
+    (raises :class:`ConfigError` naming the file and key). What the values mean is checked by the
+    layers that read them; :func:`asrkit.training.checks.load_config` checks everything a training
+    run reads."""
     data: dict = {}
     if path is not None:
         path = Path(path)
@@ -231,10 +185,9 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
     for key, value in parse_overrides(overrides or []):
         set_nested(data, key, value)
     try:
-        cfg = from_dict(Config, data)
+        return from_dict(Config, data)
     except ConfigError as e:
         raise ConfigError(f"{path or '<overrides>'}: {e}") from None
-    return validate(cfg)
 
 
 def to_dict(cfg: Any) -> dict:
@@ -246,26 +199,13 @@ def dump_config(cfg: Config) -> str:
 
 
 def config_from_dict(data: dict) -> Config:
-    return validate(from_dict(Config, data))
+    """A Config from its dict form (e.g. a checkpoint's ``config``); keys and types checked."""
+    return from_dict(Config, data)
 
 
 def with_overrides(cfg: Config, pairs: list[tuple[str, Any]]) -> Config:
-    """A validated copy of ``cfg`` with ``(dotted.key, value)`` pairs (:func:`parse_overrides`) set."""
+    """A copy of ``cfg`` with ``(dotted.key, value)`` pairs (:func:`parse_overrides`) set (keys and types checked)."""
     data = to_dict(cfg)
     for key, value in pairs:
         set_nested(data, key, value)
     return config_from_dict(data)
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="asrkit config", description="Validate a config and print it resolved.")
-    p.add_argument("config", type=Path)
-    p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. encoder.pos_enc=cape")
-    args = p.parse_args(argv)
-    try:
-        cfg = load_config(args.config, args.overrides)
-    except ConfigError as e:
-        print(f"asrkit config: error: {e}", file=sys.stderr)
-        return 2
-    print(dump_config(cfg), end="")
-    return 0

@@ -163,6 +163,13 @@ def get_normalizer(name: str | Normalizer) -> Normalizer:
         ) from None
 
 
+def corpus_normalizer(corpus: str) -> str:
+    """Name of the scoring normalizer of a corpus (``tedlium2``/``tedlium3`` -> ``tedlium``), or
+    ``none`` for a corpus that has none."""
+    name = "tedlium" if corpus.startswith("tedlium") else corpus
+    return name if name in NORMALIZERS else "none"
+
+
 def normalize(text: str, name: str | Normalizer = "none") -> str:
     """Normalize ``text`` with the normalizer called ``name``."""
     return get_normalizer(name)(text)

@@ -106,12 +106,16 @@ class SentencePieceTokenizer:
 Tokenizer = "CharTokenizer | SentencePieceTokenizer"
 
 
+#: tokens.kind values: letters, or a sentencepiece model type
+TOKENIZER_KINDS = ("letters", "bpe", "unigram")
+
+
 def train_tokenizer(texts: Iterable[str], kind: str = "letters", vocab_size: int = 256):
     if kind == "letters":
         return CharTokenizer()
     if kind in ("bpe", "unigram"):
         return SentencePieceTokenizer.train(texts, kind, vocab_size)
-    raise ValueError(f"unknown tokenizer kind {kind!r}; valid: letters, bpe, unigram")
+    raise ValueError(f"unknown tokenizer kind {kind!r}; valid: {', '.join(TOKENIZER_KINDS)}")
 
 
 def save_tokenizer(tok, path: str | Path) -> None:

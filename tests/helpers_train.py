@@ -2,7 +2,7 @@
 a subprocess, under ``torchrun``) and fault injection.
 
 Fault injection and the deterministic sampler are test hooks installed by patching
-:class:`asrkit.train.Trainer` / :func:`asrkit.data.sampling.make_sampler`; the library has no
+:class:`asrkit.training.loop.Trainer` / :func:`asrkit.data.sampling.make_sampler`; the library has no
 test-only code path. Run as a script, this module installs the hooks described by ``--spec`` (JSON)
 and then runs ``asrkit train`` with the remaining arguments, which is how subprocess and
 ``torchrun`` tests use them::
@@ -94,7 +94,7 @@ def initial_params(corpus: dict, kw: dict) -> dict:
     """The model parameters a run with these overrides starts from (seeded like the trainer)."""
     import torch
 
-    from asrkit.config import load_config
+    from asrkit.training.checks import load_config
     from asrkit.model import build_model
     from asrkit.tokenizer import load_tokenizer
 
@@ -159,11 +159,10 @@ def hooks(spec: Optional[dict]):
     """Install the test hooks described by ``spec`` (see the module docstring)."""
     import torch
 
-    import asrkit.data.sampling as sampling
-    from asrkit import train
+    from asrkit.training import loop
 
     spec = spec or {}
-    saved = {"forward": train.Trainer._forward, "finish": train.Trainer._finish, "make_sampler": sampling.make_sampler}
+    saved = {"forward": loop.Trainer.forward, "finish": loop.Trainer.finish, "make_sampler": loop.make_sampler}
     faults = spec.get("faults", [])
 
     def matches(f: dict, tr) -> bool:
@@ -207,15 +206,15 @@ def hooks(spec: Optional[dict]):
             return FixedSampler(cuts, spec["batches"], world_size, rank, spec.get("extra"))
         return saved["make_sampler"](cuts, data_cfg, train=train, seed=seed, world_size=world_size, rank=rank)
 
-    train.Trainer._forward = forward
-    train.Trainer._finish = finish
-    sampling.make_sampler = make_sampler
+    loop.Trainer.forward = forward
+    loop.Trainer.finish = finish
+    loop.make_sampler = make_sampler
     try:
         yield
     finally:
-        train.Trainer._forward = saved["forward"]
-        train.Trainer._finish = saved["finish"]
-        sampling.make_sampler = saved["make_sampler"]
+        loop.Trainer.forward = saved["forward"]
+        loop.Trainer.finish = saved["finish"]
+        loop.make_sampler = saved["make_sampler"]
 
 
 # ------------------------------------------------------------------------- runners
@@ -223,7 +222,7 @@ def run_inprocess(exp: Path, ovr: list[str], spec: Optional[dict] = None) -> int
     """``asrkit train`` in this process (with hooks); restores logging and torch threads after."""
     import torch
 
-    from asrkit import train
+    from asrkit.training import command as train
 
     root = logging.getLogger()
     handlers, level, threads = list(root.handlers), root.level, torch.get_num_threads()
@@ -252,7 +251,7 @@ def _rank_main(rank: int, world: int, port: int, exp: Path, ovr: list[str], spec
     """Body of a forked rank: the environment torchrun would set, then ``asrkit train``."""
     import torch
 
-    from asrkit import train
+    from asrkit.training import command as train
 
     if world > 1:
         os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
@@ -397,7 +396,7 @@ def _main(argv: list[str]) -> int:
         argv = argv[2:]
     if argv[:1] == ["--"]:
         argv = argv[1:]
-    from asrkit import train
+    from asrkit.training import command as train
 
     with hooks(spec):
         return train.main(argv)

@@ -8,9 +8,10 @@ import pytest
 import torch
 
 import helpers_train as H
-from asrkit import average
+from asrkit.training import average
 from asrkit.checkpoint import checkpoint_dir, read_index, save_checkpoint
-from asrkit.config import load_config, to_dict
+from asrkit.config import to_dict
+from asrkit.training.checks import load_config
 from asrkit.model import build_model
 from asrkit.tokenizer import CharTokenizer, save_tokenizer
 

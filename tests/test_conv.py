@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from asrkit.config import ConfigError, load_config
+from asrkit.config import ConfigError
+from asrkit.training.checks import load_config
 from asrkit.model import build_model
 from asrkit.model.posenc import POS_ENCODINGS
 
@@ -106,7 +107,7 @@ def test_pooling_that_leaves_no_frames_names_the_utterance():
     with pytest.raises(ValueError, match=r"utterance 1 of the batch.*pool_layers=3.*at least 8"):
         m.encode(feats, lens, times)
     # where the batch's utterance ids are known (decoding, training) the error names the utterance
-    from asrkit.decode.run import Decoder
+    from asrkit.decode.methods import Decoder
     from asrkit.tokenizer import CharTokenizer
 
     cfg = _cfg("encoder.options={kernel: 3, frontend_channels: 4, pool_ceil: false}")

@@ -95,7 +95,7 @@ def test_bucketing_sampler_gives_ranks_equal_batches(corpus):
     for any epoch; the trainer's per-batch agreement is a second line of defence."""
     from lhotse import CutSet
 
-    from asrkit.config import load_config
+    from asrkit.training.checks import load_config
     from asrkit.data.manifests import load_cuts
     from asrkit.data.sampling import make_sampler
 

@@ -10,7 +10,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from asrkit.config import load_config
+from asrkit.training.checks import load_config
 from asrkit.model import build_model
 from asrkit.model.attention import ATTENTIONS
 from asrkit.model.linear_attention import LinearAttention, orthogonal_features

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from asrkit.config import load_config
+from asrkit.training.checks import load_config
 from asrkit.model import build_model
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from asrkit.config import load_config
+from asrkit.training.checks import load_config
 from asrkit.data.dataset import stable_seed
 from asrkit.data.features import num_frames
 from asrkit.data.padfree import (PadFreeDataset, PadFreeSampler, choose_hops, drop_frames, hop_seconds,
@@ -344,20 +344,19 @@ def test_real_model_batch_has_no_key_mask(audio_cuts):
 def test_trainer_builds_the_dataset_the_sampler_needs(audio_cuts):
     from asrkit.data.dataset import AsrDataset
     from asrkit.data.sampling import make_sampler
-    from asrkit.train import Trainer
+    from asrkit.training.inputs import make_loader
 
     for kind in ("padfree", "bucketing"):
         cfg = _cfg(f"data.sampler={kind}", "data.num_workers=0", "data.max_duration=3.0", "data.num_buckets=2")
-        fake = types.SimpleNamespace(cfg=cfg, tokenizer=CharTokenizer(), epoch=2)
         sampler = make_sampler(audio_cuts, cfg.data, train=True, seed=0)
         sampler.set_epoch(2)
-        loader = Trainer._loader(fake, ResumableSampler(sampler), train=True)
+        loader = make_loader(cfg, CharTokenizer(), ResumableSampler(sampler), epoch=2, train=True)
         assert isinstance(loader.dataset, PadFreeDataset) == (kind == "padfree")
         assert isinstance(sampler, PadFreeSampler) == (kind == "padfree")
         b = next(iter(loader))
         if kind == "padfree":
             assert b["feat_lens"].tolist() == [b["feats"].shape[1]] * len(b["ids"])
-        dev = Trainer._loader(fake, ResumableSampler(sampler), train=False)
+        dev = make_loader(cfg, CharTokenizer(), ResumableSampler(sampler), epoch=2, train=False)
         assert type(dev.dataset) is AsrDataset  # validation keeps the padded pipeline, 10 ms hop
 
 

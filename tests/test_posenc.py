@@ -12,7 +12,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from asrkit.config import ConfigError, load_config
+from asrkit.config import ConfigError
+from asrkit.training.checks import load_config
 from asrkit.model import build_model
 from asrkit.model.attention import SelfAttention
 from asrkit.model.posenc import POS_ENCODINGS, build_pos_encoding

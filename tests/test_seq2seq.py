@@ -3,18 +3,21 @@ weight feedback, beam 1 = greedy, batch of 1 = batch of N, CTC prefix scores, a 
 config checks."""
 import itertools
 import math
+import types
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from asrkit.config import ConfigError, load_config
+from asrkit.config import ConfigError
 from asrkit.decode.attention import EOS, CtcPrefixScorer, SearchOptions, beam_search, greedy_search
+from asrkit.decode.methods import AttentionBeam
 from asrkit.model import build_model
 from asrkit.model.asr import EncoderOutput
 from asrkit.model.decoders import LstmDecoderOptions, TransformerDecoderOptions
 from asrkit.model.lstm_decoder import LstmDecoder, MlpAttention
 from asrkit.model.transformer_decoder import TransformerDecoder
+from asrkit.training.checks import load_config
 
 torch.set_num_threads(1)
 V = 9  # id 0 = blank = <sos/eos>
@@ -280,7 +283,7 @@ def test_asr_model_with_decoder(enc_type, dec_type):
     assert all(p.grad is not None for p in m.parameters())
     m.eval()
     enc = m.encode(feats, lens, batch["times"])
-    hyps = m.decoder.beam_search(enc, cfg, None)
+    hyps = AttentionBeam(m, cfg, None).tokens(enc)
     assert len(hyps) == 2 and all(0 not in h for h in hyps)
 
 
@@ -323,7 +326,8 @@ def test_decode_ctc_weight_overrides_the_models_search_weight():
     """``decode.ctc_weight`` (decode time) replaces the model's ``search_ctc_weight``; -1 keeps it."""
     import dataclasses
 
-    from asrkit.config import ConfigError, load_config
+    from asrkit.config import ConfigError
+    from asrkit.training.checks import load_config
 
     torch.manual_seed(2)
     dec = _sharpen(_lstm())
@@ -332,10 +336,10 @@ def test_decode_ctc_weight_overrides_the_models_search_weight():
     for w in (0.0, 0.7):
         cfg = load_config(None, ["decode.beam=4", f"decode.ctc_weight={w}"])
         want = beam_search(dec, enc, beam=4, opts=dataclasses.replace(dec.search, ctc_weight=w))
-        got[w] = dec.beam_search(enc, cfg)
+        got[w] = AttentionBeam(types.SimpleNamespace(decoder=dec), cfg, None).tokens(enc)
         assert got[w] == [h[0].tokens for h in want]
     assert got[0.0] != got[0.7]  # the weight matters on this input: the override is not a no-op
     cfg = load_config(None, ["decode.beam=4"])  # default -1: the model's own weight (0 here)
-    assert cfg.decode.ctc_weight == -1.0 and dec.beam_search(enc, cfg) == got[0.0]
+    assert cfg.decode.ctc_weight == -1.0 and AttentionBeam(types.SimpleNamespace(decoder=dec), cfg, None).tokens(enc) == got[0.0]
     with pytest.raises(ConfigError, match="decode.ctc_weight=1.5"):
         load_config(None, ["decode.ctc_weight=1.5"])

@@ -90,7 +90,7 @@ def _build(pos_enc: str, attention: str, extra: list[str]):
         layer.self_attn.dropout = 0.0  # as ours (encoder.attn_dropout=0): dropout after attention and in the FFN only
         enc = nn.TransformerEncoder(layer, N_LAYERS, enable_nested_tensor=False)
         return lambda x, lens, times: enc(x)
-    from asrkit.config import load_config
+    from asrkit.training.checks import load_config
     from asrkit.model.transformer import TransformerEncoder
 
     materialize = "!materialize" in extra  # run relpos through the materialized bias + SDPA-style path

@@ -5,6 +5,10 @@ from __future__ import annotations
 from typing import Iterator
 
 
+#: data.sampler values
+SAMPLERS = ("bucketing", "padfree")
+
+
 def make_sampler(cuts, data_cfg, train: bool, seed: int = 0, world_size: int = 1, rank: int = 0):
     """The training (or evaluation) sampler of ``data.sampler``. Bucketing keeps the last partial
     batch of every bucket (``drop_last=False``: with 30 buckets, dropping them loses ~10 % of the

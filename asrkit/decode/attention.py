@@ -1,7 +1,7 @@
 """Attention (sequence-to-sequence) decoding: batched beam search with length normalization, end
 detection and optional joint CTC prefix scoring; greedy search.
 
-Works with any decoder of :mod:`asrkit.model.decoders` (LSTM or Transformer), through its
+Works with any :class:`asrkit.model.seq2seq.Seq2SeqDecoder` (LSTM or Transformer), through its
 incremental interface::
 
     static = decoder.init_static(enc)            # per utterance (B): encoder memory, projections
@@ -40,7 +40,8 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-EOS = 0  #: <sos/eos> id (shared with the CTC blank, which never occurs in a transcript)
+from asrkit.model.seq2seq import EOS, SearchOptions
+
 NEG_INF = float("-inf")
 END_DETECT_M = 3  #: end detection looks at the hypotheses ended at the last M lengths
 END_DETECT_D = -10.0  #: ... which must all be this far (log) below the best ended one
@@ -118,17 +119,6 @@ class CtcPrefixScorer:
     def select(psi: Tensor, r_n: Tensor, r_b: Tensor, slot: Tensor, col: Tensor, token: Tensor) -> dict:
         """The state of the chosen extensions: candidate ``col`` of slot ``slot`` (both flat, N')."""
         return {"r_n": r_n[slot, :, col], "r_b": r_b[slot, :, col], "psi": psi[slot, col], "last": token}
-
-
-@dataclass
-class SearchOptions:
-    """How :func:`beam_search` searches (the ``search_*`` keys of ``decoder.options``)."""
-
-    ctc_weight: float = 0.0
-    length_norm: bool = True
-    max_len_ratio: float = 1.0
-    end_detect: bool = True
-    pre_beam: float = 1.5
 
 
 def max_lengths(enc_lengths: Tensor, ratio: float) -> Tensor:

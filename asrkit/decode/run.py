@@ -18,10 +18,21 @@ from typing import Any
 
 import torch
 
-from asrkit.config import ConfigError, config_from_dict, load_config, parse_overrides, to_dict, with_overrides
+from asrkit.config import config_from_dict, to_dict, with_overrides
+from asrkit.decode.methods import Decoder, validate_decode_config
+from asrkit.schema import ConfigError, parse_overrides
 from asrkit.utils import atomic_write, setup_logging
 
 logger = logging.getLogger(__name__)
+
+
+def check_decode_config(cfg):
+    """What decoding reads of a config: the model and the ``decode`` section. Returns ``cfg``."""
+    from asrkit.model import validate_model_config
+
+    validate_model_config(cfg)
+    validate_decode_config(cfg)
+    return cfg
 
 
 def load_model(exp_dir: Path, checkpoint: str = "last", device: str = "cpu", ema: bool = True):
@@ -33,7 +44,7 @@ def load_model(exp_dir: Path, checkpoint: str = "last", device: str = "cpu", ema
 
     path = resolve_checkpoint(exp_dir, checkpoint)
     st = torch.load(path, map_location="cpu", weights_only=False)
-    cfg = config_from_dict(st["config"])
+    cfg = check_decode_config(config_from_dict(st["config"]))
     tok = load_tokenizer(cfg.tokens.path)
     if list(tok.tokens) != st["vocab"]:
         raise ValueError(f"tokenizer {cfg.tokens.path} differs from the one {path} was trained with")
@@ -42,51 +53,6 @@ def load_model(exp_dir: Path, checkpoint: str = "last", device: str = "cpu", ema
     model.load_state_dict(st["ema"] if use_ema else st["model"])
     logger.info("loaded %s (step %s%s)", path, st.get("step"), ", EMA weights" if use_ema else "")
     return model.to(device).eval(), cfg, tok
-
-
-class Decoder:
-    """Turns a batch into hypothesis texts with the configured method."""
-
-    def __init__(self, model, cfg, tokenizer):
-        self.model, self.cfg, self.tok = model, cfg, tokenizer
-        d = cfg.decode
-        self.lm = None
-        if d.method == "prefix_beam" and d.lm:
-            from asrkit.decode.ngram import NgramLM
-
-            self.lm = NgramLM.from_arpa(d.lm)
-        self.wfst = None
-        if d.method == "wfst":
-            from asrkit.decode.wfst import WfstDecoder
-
-            if not d.lm:
-                raise ConfigError("decode.method=wfst needs decode.lm (a graph directory built by `asrkit lm graph`)")
-            self.wfst = WfstDecoder(d.lm, lm_scale=d.lm_weight)
-
-    @torch.no_grad()
-    def __call__(self, batch: dict) -> list[str]:
-        d = self.cfg.decode
-        from asrkit.model.asr import NoFramesError
-
-        try:
-            enc = self.model.encode(batch["feats"], batch["feat_lens"], batch["times"])
-        except NoFramesError as e:
-            raise e.naming(batch["ids"]) from None
-        if d.method == "greedy":
-            from asrkit.decode.ctc import ctc_greedy
-
-            return [self.tok.decode(h) for h in ctc_greedy(enc.log_probs, enc.lengths)]
-        if d.method == "prefix_beam":
-            from asrkit.decode.ctc import ctc_prefix_beam_search
-
-            hyps = ctc_prefix_beam_search(enc.log_probs, enc.lengths, beam=d.beam, lm=self.lm,
-                                          lm_weight=d.lm_weight, word_bonus=d.word_bonus, tokenizer=self.tok)
-            return [self.tok.decode(h.tokens) for h in hyps]
-        if d.method == "wfst":
-            return [" ".join(words).upper() for words in self.wfst.decode(enc.log_probs, enc.lengths)]
-        if d.method == "attention":
-            return [self.tok.decode(h) for h in self.model.decoder.beam_search(enc, self.cfg, self.tok)]
-        raise ConfigError(f"decode.method={d.method!r} is not supported")
 
 
 def _decode_cuts(model, cfg, tok, cut_list: list, hop: float, desc: str, position: int = 0) -> tuple[list[dict], float]:
@@ -118,7 +84,7 @@ def _worker(args) -> tuple[list[dict], float]:
     exp_dir, checkpoint, ema, cfg_dict, shard, hop, job, threads = args
     torch.set_num_threads(threads)
     model, _, tok = load_model(exp_dir, checkpoint, ema=ema)
-    cfg = config_from_dict(cfg_dict)
+    cfg = check_decode_config(config_from_dict(cfg_dict))
     return _decode_cuts(model, cfg, tok, shard, hop, f"decode job {job}", position=job)
 
 
@@ -167,14 +133,13 @@ def parse_decode_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
     return pairs
 
 
-
-
 def main(argv: list[str] | None = None) -> int:
     from asrkit.data.manifests import load_cuts
 
     p = argparse.ArgumentParser(prog="asrkit decode", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--exp-dir", type=Path, required=True)
-    p.add_argument("--sets", nargs="+", required=True, help="parts of the corpus (cuts manifests) to decode")
+    p.add_argument("--sets", nargs="+", required=True,
+                   help="parts of the corpus (cuts manifests) to decode; key=value items among them are overrides")
     p.add_argument("--checkpoint", default="last", help="last | best | avg | a path")
     p.add_argument("--raw-weights", action="store_true",
                    help="decode the trained weights, not their moving average (runs with train.ema_decay > 0)")
@@ -184,23 +149,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nj", type=int, default=1, help="decoding processes (each gets cores / nj threads)")
     p.add_argument("overrides", nargs="*", help="decode.* overrides, e.g. decode.method=prefix_beam decode.beam=8")
     args = p.parse_args(argv)
+    # `--sets test dev decode.beam=4`: argparse gives the overrides to --sets (nargs="+"); set names
+    # never contain '=', so every item with one is an override
+    overrides = [s for s in args.sets if "=" in s] + args.overrides
+    sets = [s for s in args.sets if "=" not in s]
+    if not sets:
+        p.error("--sets needs at least one set name")
     setup_logging()
     try:
-        overrides = parse_decode_overrides(args.overrides)  # fail before loading anything
+        overrides = parse_decode_overrides(overrides)  # fail before loading anything
         model, cfg, tok = load_model(args.exp_dir, args.checkpoint, ema=not args.raw_weights)
-        cfg = with_overrides(cfg, overrides)
+        cfg = check_decode_config(with_overrides(cfg, overrides))
     except (ConfigError, FileNotFoundError, ValueError) as e:
         print(f"asrkit decode: error: {e}", file=sys.stderr)
         return 2
     hop = cfg.decode.hop or cfg.features.hop
     from asrkit.scoring import score_dir
-    from asrkit.textnorm import NORMALIZERS
+    from asrkit.textnorm import corpus_normalizer
 
-    corpus_norm = cfg.data.corpus.rstrip("23") if cfg.data.corpus.startswith("tedlium") else cfg.data.corpus
-    norm = args.norm or (corpus_norm if corpus_norm in NORMALIZERS else "none")
+    norm = args.norm or corpus_normalizer(cfg.data.corpus)
     from asrkit.model.asr import NoFramesError
 
-    for s in args.sets:
+    for s in sets:
         cuts = load_cuts(cfg.data.manifest_dir, cfg.data.corpus, s)
         name = f"decode_{s}" + (f"_{args.suffix}" if args.suffix else "")
         try:

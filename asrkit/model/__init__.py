@@ -42,15 +42,28 @@ def _load_plugins() -> None:
 
 
 def validate_model_config(cfg) -> None:
+    """The ``frontend``, ``encoder`` and ``decoder`` sections. Raises ConfigError naming the key."""
+    from asrkit.model.attention import ATTENTIONS
     from asrkit.model.posenc import validate_pos_config
+    from asrkit.model.transformer import ACTIVATIONS
 
     _load_plugins()
+    e = cfg.encoder
+    for key, value, valid in (("encoder.type", e.type, ENCODERS), ("decoder.type", cfg.decoder.type, ["none", *DECODERS]),
+                              ("encoder.activation", e.activation, ACTIVATIONS),
+                              ("encoder.attention", e.attention, ATTENTIONS)):
+        if value not in valid:
+            raise ConfigError(f"config key {key!r}: invalid value {value!r}; valid: {', '.join(valid)}")
+    if e.d_model % e.n_heads:
+        raise ConfigError(f"encoder.d_model={e.d_model} is not divisible by encoder.n_heads={e.n_heads}")
+    for key, val in (("encoder.dropout", e.dropout), ("encoder.layer_drop", e.layer_drop),
+                     ("frontend.dropout", cfg.frontend.dropout)):
+        if not 0.0 <= val < 1.0:
+            raise ConfigError(f"config key {key!r}={val} must be in [0, 1)")
+    if cfg.frontend.kernel < 1 or cfg.frontend.stride < 1:
+        raise ConfigError("frontend.kernel and frontend.stride must be >= 1")
     frame_step = cfg.features.hop * cfg.frontend.stride if cfg.encoder.type == "transformer" else None
     validate_pos_config(cfg.encoder, frame_step)
-    if cfg.encoder.type not in ENCODERS:
-        raise ConfigError(f"config key 'encoder.type': {cfg.encoder.type!r} is not available; valid: {', '.join(ENCODERS)}")
-    if cfg.decoder.type != "none" and cfg.decoder.type not in DECODERS:
-        raise ConfigError(f"config key 'decoder.type': {cfg.decoder.type!r} is not available; valid: none, {', '.join(DECODERS)}")
     for v in VALIDATORS:
         v(cfg)
 

@@ -10,70 +10,26 @@ Both train with label-smoothed cross entropy (``AsrModel`` adds the auxiliary CT
 encoder with weight ``decoder.ctc_weight``) and decode with the beam search of
 :mod:`asrkit.decode.attention` (``decode.method: attention``, beam ``decode.beam``).
 
-``<sos>`` and ``<eos>`` are both token id 0, the CTC blank, which never occurs in a transcript:
-the decoder's output layer has the tokenizer's size and its class 0 means "end of sentence".
-
 ``decoder.options`` (strict keys, validated at config time) holds the decoder's own options (see
 :class:`LstmDecoderOptions`, :class:`TransformerDecoderOptions`) and the search options shared by
-both (``search_*``, :class:`SearchKeys`).
+both (``search_*``, :class:`asrkit.model.seq2seq.SearchKeys`). This module is the registry
+(:data:`OPTIONS`) and the options check; the decoders themselves import only :mod:`asrkit.model.seq2seq`.
 """
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-from dataclasses import dataclass
-from typing import Iterator, Optional
+from torch import nn
 
-import torch
-import torch.nn.functional as F
-from torch import Tensor, nn
-
-from asrkit.decode.attention import EOS, SearchOptions, beam_search
 from asrkit.model import DECODERS, VALIDATORS
+from asrkit.model.lstm_decoder import LstmDecoder, LstmDecoderOptions
+from asrkit.model.transformer_decoder import TransformerDecoder, TransformerDecoderOptions
 from asrkit.schema import ConfigError, from_dict
 
-
-@dataclass
-class SearchKeys:
-    """Beam search options (``decoder.options.search_*``), used by ``decode.method: attention``."""
-
-    search_ctc_weight: float = 0.0  #: weight of the CTC prefix score in the joint search score (0 = attention only)
-    search_length_norm: bool = True  #: rank ended hypotheses by score / (tokens + 1)
-    search_max_len_ratio: float = 1.0  #: at most ceil(ratio x encoder frames) tokens
-    search_end_detect: bool = True  #: stop when the hypotheses ending now are all far below the best
-    search_pre_beam: float = 1.5  #: with CTC: score the best ceil(pre_beam x beam) attention candidates
-
-
-@dataclass
-class LstmDecoderOptions(SearchKeys):
-    units: int = 1000  #: LSTM size (paper: 1000)
-    embed_dim: int = 256  #: target embedding size
-    att_dim: int = 1024  #: size of the MLP attention's hidden layer (rows of W in Eq. 2)
-    readout_dim: int = 1000  #: readout layer before maxout (2 -> readout_dim / 2) and the softmax
-    dropout: float = 0.3
-    weight_feedback: bool = True  #: the beta term of Eqs. (2)-(3)
-    label_smoothing: float = 0.1
-
-
-@dataclass
-class TransformerDecoderOptions(SearchKeys):
-    d_model: int = 256
-    n_layers: int = 6
-    n_heads: int = 4
-    d_ff: int = 1024
-    dropout: float = 0.2
-    layer_drop: float = 0.2
-    pos: str = "relpos"  #: relpos (learnable relative bias per head, left context) | sinpos (absolute sinusoid)
-    rel_context: int = 100  #: relpos: lags of 0..rel_context tokens get their own bias (longer ones share the last)
-    label_smoothing: float = 0.1
-
-
+#: decoder.type -> its options dataclass (``decoder.options``)
 OPTIONS = {"lstm": LstmDecoderOptions, "transformer": TransformerDecoderOptions}
 
 
 def decoder_options(dec_cfg):
     """Parse ``decoder.options`` for ``decoder.type`` (strict keys). Raises ConfigError naming the key."""
-
     cls = OPTIONS[dec_cfg.type]
     try:
         o = from_dict(cls, dict(dec_cfg.options or {}), "decoder.options.")
@@ -103,16 +59,13 @@ def decoder_options(dec_cfg):
 
 
 def validate_decoder_config(cfg) -> None:
-    """VALIDATORS hook: decoder options, loss weights and the decode method."""
-
+    """VALIDATORS hook: decoder options and loss weights."""
     d = cfg.decoder
     if not 0.0 <= d.ctc_weight <= 1.0:
         raise ConfigError(f"decoder.ctc_weight={d.ctc_weight} must be in [0, 1]")
     if d.type == "none":
         if d.options:
             raise ConfigError(f"decoder.options ({', '.join(map(str, d.options))}) given but decoder.type=none")
-        if cfg.decode.method == "attention":
-            raise ConfigError("decode.method=attention needs an attention decoder (decoder.type: lstm | transformer)")
         return
     if d.type not in OPTIONS:
         return  # another module's decoder
@@ -122,88 +75,11 @@ def validate_decoder_config(cfg) -> None:
                           "1 - ctc_weight = 0 and it would never train; use a value in [0, 1) (e.g. 0.3)")
 
 
-class Seq2SeqDecoder(nn.Module):
-    """What the LSTM and Transformer decoders share: the loss, the beam search entry point, and
-    recording of cross-attention (for analysis).
-
-    Subclasses implement the incremental interface of :mod:`asrkit.decode.attention`
-    (``init_static``, ``init_dynamic``, ``step``) and ``teacher_logits(enc, ys_in) -> B x U x V``.
-    """
-
-    def __init__(self, opts, vocab_size: int):
-        super().__init__()
-        self.opts = opts
-        self.vocab_size = vocab_size
-        self.search = SearchOptions(ctc_weight=opts.search_ctc_weight, length_norm=opts.search_length_norm,
-                                    max_len_ratio=opts.search_max_len_ratio, end_detect=opts.search_end_detect,
-                                    pre_beam=opts.search_pre_beam)
-        self._record: Optional[list] = None
-
-    # -- training
-    @staticmethod
-    def split_targets(targets: Tensor, target_lens: Tensor) -> tuple[Tensor, Tensor]:
-        """Concatenated targets -> (ys_in B x (U+1) = <sos> y, padded with <eos>; ys_out = y <eos>, padded with -100)."""
-        B = target_lens.shape[0]
-        U = int(target_lens.max()) if B else 0
-        ys_in = torch.full((B, U + 1), EOS, dtype=torch.long, device=targets.device)
-        ys_out = torch.full((B, U + 1), -100, dtype=torch.long, device=targets.device)
-        off = 0
-        for b, n in enumerate(target_lens.tolist()):
-            y = targets[off:off + n]
-            ys_in[b, 1:n + 1] = y
-            ys_out[b, :n] = y
-            ys_out[b, n] = EOS
-            off += n
-        return ys_in, ys_out
-
-    def teacher_logits(self, enc, ys_in: Tensor) -> Tensor:
-        raise NotImplementedError
-
-    def loss(self, enc, batch: dict) -> Tensor:
-        """Label-smoothed cross entropy of ``y <eos>`` given ``<sos> y``, summed over tokens, per utterance."""
-        ys_in, ys_out = self.split_targets(batch["targets"], batch["target_lens"])
-        logits = self.teacher_logits(enc, ys_in).float()
-        ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ys_out.reshape(-1), ignore_index=-100,
-                             label_smoothing=self.opts.label_smoothing, reduction="sum")
-        return ce / max(1, ys_in.shape[0])
-
-    # -- decoding
-    def beam_search(self, enc, cfg, tokenizer=None) -> list[list[int]]:
-        """Best hypothesis (token ids) of every utterance, beam ``cfg.decode.beam`` (the decode runner's entry point)."""
-        if tokenizer is not None and tokenizer.vocab_size != self.vocab_size:
-            raise ValueError(f"tokenizer has {tokenizer.vocab_size} tokens, the decoder {self.vocab_size}")
-        search = self.search
-        if cfg.decode.ctc_weight >= 0:  # decode-time override of the joint CTC weight
-            search = dataclasses.replace(search, ctc_weight=cfg.decode.ctc_weight)
-        if search.ctc_weight > 0 and enc.log_probs is None:
-            raise ValueError("joint CTC scoring (decode.ctc_weight > 0) needs a CTC head: train with decoder.ctc_weight > 0")
-        return [h[0].tokens if h else [] for h in beam_search(self, enc, cfg.decode.beam, search)]
-
-    # -- analysis
-    @contextlib.contextmanager
-    def recording(self) -> Iterator[list]:
-        """Collect ``(energies, weights)`` of the cross-attention of every ``step`` (each B x K x T;
-        the Transformer decoder's are those of its last layer, averaged over heads)."""
-        self._record = []
-        try:
-            yield self._record
-        finally:
-            self._record = None
-
-    def _keep(self, energies: Tensor, weights: Tensor) -> None:
-        if self._record is not None:
-            self._record.append((energies.detach().float().cpu(), weights.detach().float().cpu()))
-
-
 def _lstm(cfg, encoder_dim: int, vocab_size: int) -> nn.Module:
-    from asrkit.model.lstm_decoder import LstmDecoder
-
     return LstmDecoder(encoder_dim, vocab_size, decoder_options(cfg.decoder))
 
 
 def _transformer(cfg, encoder_dim: int, vocab_size: int) -> nn.Module:
-    from asrkit.model.transformer_decoder import TransformerDecoder
-
     return TransformerDecoder(encoder_dim, vocab_size, decoder_options(cfg.decoder))
 
 
@@ -212,5 +88,4 @@ DECODERS["transformer"] = _transformer
 if validate_decoder_config not in VALIDATORS:
     VALIDATORS.append(validate_decoder_config)
 
-__all__ = ["Seq2SeqDecoder", "SearchKeys", "LstmDecoderOptions", "TransformerDecoderOptions", "decoder_options",
-           "validate_decoder_config"]
+__all__ = ["LstmDecoderOptions", "TransformerDecoderOptions", "OPTIONS", "decoder_options", "validate_decoder_config"]

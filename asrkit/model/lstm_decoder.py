@@ -14,13 +14,26 @@ At output step i (s_i the LSTM state, h_t the encoder outputs, y_{i-1} the previ
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from asrkit.model.decoders import LstmDecoderOptions, Seq2SeqDecoder
+from asrkit.model.seq2seq import SearchKeys, Seq2SeqDecoder
+
+
+
+@dataclass
+class LstmDecoderOptions(SearchKeys):
+    units: int = 1000  #: LSTM size (paper: 1000)
+    embed_dim: int = 256  #: target embedding size
+    att_dim: int = 1024  #: size of the MLP attention's hidden layer (rows of W in Eq. 2)
+    readout_dim: int = 1000  #: readout layer before maxout (2 -> readout_dim / 2) and the softmax
+    dropout: float = 0.3
+    weight_feedback: bool = True  #: the beta term of Eqs. (2)-(3)
+    label_smoothing: float = 0.1
 
 
 class MlpAttention(nn.Module):

@@ -13,14 +13,15 @@ computes only the new token (exactly what the full causal computation gives for 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from asrkit.model.decoders import Seq2SeqDecoder, TransformerDecoderOptions
 from asrkit.model.posenc.base import sinusoid
+from asrkit.model.seq2seq import SearchKeys, Seq2SeqDecoder
 
 NEG_INF = float("-inf")
 
@@ -32,6 +33,20 @@ def attend(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor]) -> tuple[Ten
         scores = scores + bias
     w = torch.softmax(scores.float(), dim=-1).to(v.dtype)
     return torch.matmul(w, v), scores, w
+
+
+
+@dataclass
+class TransformerDecoderOptions(SearchKeys):
+    d_model: int = 256
+    n_layers: int = 6
+    n_heads: int = 4
+    d_ff: int = 1024
+    dropout: float = 0.2
+    layer_drop: float = 0.2
+    pos: str = "relpos"  #: relpos (learnable relative bias per head, left context) | sinpos (absolute sinusoid)
+    rel_context: int = 100  #: relpos: lags of 0..rel_context tokens get their own bias (longer ones share the last)
+    label_smoothing: float = 0.1
 
 
 class DecoderLayer(nn.Module):

@@ -24,7 +24,6 @@ after the ``--norm`` normalizer (as ``asrkit score``) and case folding.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import logging
 import sys
@@ -32,24 +31,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
+from asrkit.reports.plots import save_png
+
 logger = logging.getLogger(__name__)
 Pathlike = Union[str, Path]
 
 
 # --------------------------------------------------------------------------------------- helpers
-
-
-def _save_png(fig, path: Pathlike) -> Path:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    from asrkit.utils import atomic_write
-
-    FigureCanvasAgg(fig)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120)
-    with atomic_write(Path(path), "wb") as f:
-        f.write(buf.getvalue())
-    return Path(path)
 
 
 def _hyp_file(p: Pathlike) -> Path:
@@ -145,7 +133,7 @@ def plot_pca(points, marks: Sequence[tuple[int, int]], out: Pathlike, title: str
     ax.set_xlabel(pc[0])
     ax.set_ylabel(pc[1])
     ax.set_title(title, fontsize=9)
-    return _save_png(fig, out)
+    return save_png(fig, out)
 
 
 # ------------------------------------------------------------------------------------ attention
@@ -188,7 +176,7 @@ def plot_attention(energies, weights, out: Pathlike, title: str = "") -> Path:
         ax.set_title(name)
         fig.colorbar(im, ax=ax)
     fig.suptitle(title, fontsize=9)
-    return _save_png(fig, out)
+    return save_png(fig, out)
 
 
 def _load_utterance(exp_dir: Path, set_name: str, utt: str, checkpoint: str, manifest_dir: Optional[str]):
@@ -231,7 +219,7 @@ def plot_errors_by_length(series: dict, bin_width: int, out: Pathlike) -> Path:
     ax.set_ylabel("average edit distance (words)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
-    return _save_png(fig, out)
+    return save_png(fig, out)
 
 
 # --------------------------------------------------------------------------- looping / skipping
@@ -331,7 +319,7 @@ def _run(args) -> int:
     from asrkit.utils import atomic_write
 
     if args.cmd == "receptive-field":
-        from asrkit.config import load_config
+        from asrkit.training.checks import load_config
 
         cfg = load_config(args.config, args.overrides)
         if cfg.encoder.type not in ("conv", "gated_conv"):

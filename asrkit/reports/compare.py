@@ -17,7 +17,6 @@ directly (no pyplot, no display needed).
 from __future__ import annotations
 
 import argparse
-import io
 import logging
 import math
 import re
@@ -25,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
+from asrkit.reports.plots import save_png
 from asrkit.reports.report import fmt_wer, load_experiment, md_table, ordered_union, window_labels
 from asrkit.utils import atomic_write
 
@@ -168,17 +168,6 @@ def _grid(n: int) -> tuple[int, int]:
     return math.ceil(n / ncols), ncols
 
 
-def _save_png(fig, path: Path) -> Path:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    FigureCanvasAgg(fig)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120)
-    with atomic_write(path, "wb") as f:
-        f.write(buf.getvalue())
-    return path
-
-
 def _ylim(ax) -> None:
     """y from just below 0 (so 0 % points stay visible) to a bit above the highest WER."""
     top = max((max(line.get_ydata(), default=0.0) for line in ax.get_lines()), default=0.0)
@@ -222,7 +211,7 @@ def plot_wer_vs_duration(results: Results, sets: list[str], path: Pathlike) -> O
         ax.legend(fontsize="small")
     for ax in axes[len(sets) :]:
         ax.set_visible(False)
-    return _save_png(fig, Path(path))
+    return save_png(fig, Path(path))
 
 
 def plot_wer_vs_window(results: Results, sets: list[str], path: Pathlike) -> Optional[Path]:
@@ -256,7 +245,7 @@ def plot_wer_vs_window(results: Results, sets: list[str], path: Pathlike) -> Opt
         ax.legend(fontsize="small")
     for ax in axes[len(sets) :]:
         ax.set_visible(False)
-    return _save_png(fig, Path(path))
+    return save_png(fig, Path(path))
 
 
 def compare_experiments(

@@ -15,7 +15,6 @@ synthetic audio with the padded and the padding-free pipeline.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import logging
 import sys
@@ -28,6 +27,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from asrkit.reports.plots import save_png
 from asrkit.utils import atomic_write
 
 logger = logging.getLogger(__name__)
@@ -101,18 +101,7 @@ def plot_hop_histogram(hops_ms: dict[str, Sequence[float]], path: Path) -> Path:
         ax.set_ylabel("utterances (%)")
         ax.set_title(label, fontsize=9)
     fig.tight_layout()
-    return _save_png(fig, path)
-
-
-def _save_png(fig, path: Path) -> Path:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    FigureCanvasAgg(fig)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120)
-    with atomic_write(path, "wb") as f:
-        f.write(buf.getvalue())
-    return Path(path)
+    return save_png(fig, path)
 
 
 def hop_summary(hops_samples: Sequence[int], sample_rate: int = 16000) -> dict:
@@ -215,15 +204,14 @@ def hop_curve(exp_dir: Path, set_name: str, hops_ms: Sequence[float], checkpoint
     from asrkit.config import with_overrides
     from asrkit.decode.run import decode_set, load_model, parse_decode_overrides
     from asrkit.scoring import score_dir
-    from asrkit.textnorm import NORMALIZERS
+    from asrkit.textnorm import corpus_normalizer
 
     pairs = parse_decode_overrides(list(overrides))  # a typo fails before the model is loaded
     model, cfg, tok = load_model(exp_dir, checkpoint, device)
     cuts = load_cuts(manifest_dir or cfg.data.manifest_dir, cfg.data.corpus, set_name)
     if max_utts:
         cuts = cuts.subset(first=max_utts)
-    corpus_norm = cfg.data.corpus.rstrip("23") if cfg.data.corpus.startswith("tedlium") else cfg.data.corpus
-    norm = norm or (corpus_norm if corpus_norm in NORMALIZERS else "none")
+    norm = norm or corpus_normalizer(cfg.data.corpus)
     rows = []
     for h in hops_ms:
         c = with_overrides(cfg, [*pairs, ("decode.hop", h / 1000.0), ("decode.batch_size", 1)])
@@ -258,7 +246,7 @@ def write_hop_curve(rows: list[dict], out_md: Path, out_png: Path, title: str = 
     ax.set_ylabel("WER (%)")
     ax.set_title(title or "inference hop", fontsize=9)
     fig.tight_layout()
-    _save_png(fig, out_png)
+    save_png(fig, out_png)
 
 
 # ---------------------------------------------------------------------------- training throughput
@@ -291,7 +279,7 @@ def train_throughput(cuts, sampler: str, max_duration: float = 20.0, steps: int 
     and for forward + backward + optimizer only (``model_audio_sec_per_sec``)."""
     import torch
 
-    from asrkit.config import load_config
+    from asrkit.training.checks import load_config
     from asrkit.data.dataset import AsrDataset
     from asrkit.data.padfree import PadFreeDataset
     from asrkit.data.sampling import make_sampler

@@ -179,7 +179,7 @@ def _score_all(exp_dir: Path, norm: Optional[str]) -> None:
     import yaml
 
     from asrkit.scoring import DEFAULT_BINS, score_dir
-    from asrkit.textnorm import NORMALIZERS
+    from asrkit.textnorm import corpus_normalizer
 
     bins, corpus = DEFAULT_BINS, "none"
     cfg_path = exp_dir / "config.yaml"
@@ -187,9 +187,7 @@ def _score_all(exp_dir: Path, norm: Optional[str]) -> None:
         cfg = yaml.safe_load(cfg_path.read_text()) or {}
         bins = tuple(cfg.get("decode", {}).get("bins", DEFAULT_BINS))
         corpus = cfg.get("data", {}).get("corpus", "none")
-    if corpus.startswith("tedlium"):
-        corpus = "tedlium"
-    norm = norm or (corpus if corpus in NORMALIZERS else "none")
+    norm = norm or corpus_normalizer(corpus)
     dirs = sorted(d for d in exp_dir.glob("decode_*") if (d / "hyp.jsonl").is_file())
     if not dirs:
         raise ValueError(f"no decode_*/hyp.jsonl in {exp_dir} (run the decode stage first)")

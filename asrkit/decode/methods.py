@@ -1,0 +1,151 @@
+"""Decoding methods: the model's encoder output -> one hypothesis text per utterance.
+
+``decode.method`` picks one class of :data:`DECODE_METHODS` (the single list of valid values);
+adding a method is one class here (or in its own module) plus one registry line.
+
+========== ======================================================== ===============================
+method     what                                                     needs
+========== ======================================================== ===============================
+greedy     best CTC label per frame, repeats merged, blanks dropped  -
+prefix_beam CTC prefix beam search, optional word n-gram fusion     ``decode.lm`` = ARPA (optional)
+wfst       TLG graph search (kaldi-decoder)                          ``decode.lm`` = graph dir
+attention  beam search of the attention decoder (+ CTC prefix)       ``decoder.type`` lstm|transformer
+========== ======================================================== ===============================
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+import torch
+
+from asrkit.model.asr import EncoderOutput, NoFramesError
+from asrkit.schema import ConfigError
+
+
+class DecodeMethod:
+    """Base class. ``__call__(enc)`` returns one text per utterance of the encoder output."""
+
+    name: ClassVar[str] = ""
+
+    def __init__(self, model, cfg, tokenizer):
+        self.model, self.cfg, self.tok = model, cfg, tokenizer
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        """Config-time checks of what this method needs (raise :class:`ConfigError`)."""
+
+    def __call__(self, enc: EncoderOutput) -> list[str]:
+        raise NotImplementedError
+
+
+class Greedy(DecodeMethod):
+    name = "greedy"
+
+    def __call__(self, enc: EncoderOutput) -> list[str]:
+        from asrkit.decode.ctc import ctc_greedy
+
+        return [self.tok.decode(h) for h in ctc_greedy(enc.log_probs, enc.lengths)]
+
+
+class PrefixBeam(DecodeMethod):
+    name = "prefix_beam"
+
+    def __init__(self, model, cfg, tokenizer):
+        super().__init__(model, cfg, tokenizer)
+        self.lm = None
+        if cfg.decode.lm:
+            from asrkit.decode.ngram import NgramLM
+
+            self.lm = NgramLM.from_arpa(cfg.decode.lm)
+
+    def __call__(self, enc: EncoderOutput) -> list[str]:
+        from asrkit.decode.ctc import ctc_prefix_beam_search
+
+        d = self.cfg.decode
+        hyps = ctc_prefix_beam_search(enc.log_probs, enc.lengths, beam=d.beam, lm=self.lm, lm_weight=d.lm_weight,
+                                      word_bonus=d.word_bonus, tokenizer=self.tok)
+        return [self.tok.decode(h.tokens) for h in hyps]
+
+
+class Wfst(DecodeMethod):
+    name = "wfst"
+
+    def __init__(self, model, cfg, tokenizer):
+        super().__init__(model, cfg, tokenizer)
+        from asrkit.decode.wfst import WfstDecoder
+
+        if not cfg.decode.lm:
+            raise ConfigError("decode.method=wfst needs decode.lm (a graph directory built by `asrkit lm graph`)")
+        self.wfst = WfstDecoder(cfg.decode.lm, lm_scale=cfg.decode.lm_weight)
+
+    def __call__(self, enc: EncoderOutput) -> list[str]:
+        return [" ".join(words).upper() for words in self.wfst.decode(enc.log_probs, enc.lengths)]
+
+
+class AttentionBeam(DecodeMethod):
+    """Beam search of the attention decoder with its own search options (``decoder.options.search_*``);
+    ``decode.ctc_weight`` >= 0 overrides the joint CTC weight."""
+
+    name = "attention"
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        if cfg.decoder.type == "none":
+            raise ConfigError("decode.method=attention needs an attention decoder (decoder.type: lstm | transformer)")
+
+    def __init__(self, model, cfg, tokenizer):
+        super().__init__(model, cfg, tokenizer)
+        dec = model.decoder
+        if tokenizer is not None and tokenizer.vocab_size != dec.vocab_size:
+            raise ValueError(f"tokenizer has {tokenizer.vocab_size} tokens, the decoder {dec.vocab_size}")
+        self.search = dec.search
+        if cfg.decode.ctc_weight >= 0:  # decode-time override of the joint CTC weight
+            self.search = dataclasses.replace(self.search, ctc_weight=cfg.decode.ctc_weight)
+
+    def tokens(self, enc: EncoderOutput) -> list[list[int]]:
+        """The best hypothesis of every utterance as token ids."""
+        from asrkit.decode.attention import beam_search
+
+        if self.search.ctc_weight > 0 and enc.log_probs is None:
+            raise ValueError("joint CTC scoring (decode.ctc_weight > 0) needs a CTC head: train with decoder.ctc_weight > 0")
+        return [h[0].tokens if h else [] for h in beam_search(self.model.decoder, enc, self.cfg.decode.beam, self.search)]
+
+    def __call__(self, enc: EncoderOutput) -> list[str]:
+        return [self.tok.decode(t) for t in self.tokens(enc)]
+
+
+#: decode.method -> class
+DECODE_METHODS: dict[str, type[DecodeMethod]] = {m.name: m for m in (Greedy, PrefixBeam, Wfst, AttentionBeam)}
+
+
+def validate_decode_config(cfg) -> None:
+    """The ``decode`` section: a known method and what it needs, ranges. Raises :class:`ConfigError`."""
+    d = cfg.decode
+    if d.method not in DECODE_METHODS:
+        raise ConfigError(f"config key 'decode.method': invalid value {d.method!r}; valid: {', '.join(DECODE_METHODS)}")
+    if d.beam < 1 or d.batch_size < 1:
+        raise ConfigError(f"decode.beam={d.beam} and decode.batch_size={d.batch_size} must be >= 1")
+    if d.hop < 0:
+        raise ConfigError(f"decode.hop={d.hop} must be >= 0 seconds (0 = the training hop)")
+    if d.ctc_weight != -1.0 and not 0.0 <= d.ctc_weight <= 1.0:
+        raise ConfigError(f"decode.ctc_weight={d.ctc_weight} must be in [0, 1] (or -1: the model's own)")
+    if list(d.bins) != sorted(d.bins):
+        raise ConfigError(f"decode.bins must be increasing, got {d.bins}")
+    DECODE_METHODS[d.method].check_config(cfg)
+
+
+class Decoder:
+    """A batch -> hypothesis texts with the configured ``decode.method`` (encoder pass included)."""
+
+    def __init__(self, model, cfg, tokenizer):
+        self.model, self.cfg, self.tok = model, cfg, tokenizer
+        self.method = DECODE_METHODS[cfg.decode.method](model, cfg, tokenizer)
+
+    @torch.no_grad()
+    def __call__(self, batch: dict) -> list[str]:
+        try:
+            enc = self.model.encode(batch["feats"], batch["feat_lens"], batch["times"])
+        except NoFramesError as e:
+            raise e.naming(batch["ids"]) from None
+        return self.method(enc)

@@ -1,0 +1,93 @@
+"""`asrkit train`: train a model from a YAML config plus ``key=value`` overrides.
+
+    asrkit train --config conf/ctc_small.yaml --exp-dir exp/sinpos encoder.pos_enc=sinpos
+    torchrun --standalone --nproc_per_node 4 -m asrkit train --config ... --exp-dir ...   # DDP
+
+* Validates the whole config before any work; saves the resolved config as ``EXP/config.yaml``.
+* Resumes automatically from the newest complete checkpoint in ``EXP/checkpoints`` — mid-epoch,
+  with model, optimizer, scheduler, grad scaler, sampler position and the RNG states of every
+  rank — and refuses to resume if the config, the data or the world size changed in a way that
+  makes it wrong. Checkpoints are atomic (:mod:`asrkit.checkpoint`); a failed write (full disk)
+  stops training with the previous checkpoints intact.
+* Single process, or DDP under ``torchrun`` (gloo on CPU, NCCL on GPU, same code). The seed is
+  broadcast from rank 0; config, data and training position are checked to agree on all ranks.
+  A collective that waits longer than ``train.dist_timeout_s`` raises an error naming the rank.
+* Mixed precision: ``train.amp=bf16`` (autocast) or ``fp16`` (autocast + gradient scaler);
+  gradients are clipped (``optim.clip_grad``) after unscaling.
+* A NaN/inf loss or gradient skips the step (counted, logged); ``train.max_bad_steps``
+  consecutive ones stop training with an error and a checkpoint whose model and optimizer are
+  those from before the bad steps (which were never applied).
+* Rank 0 alone writes checkpoints, TensorBoard (``EXP/tensorboard``: loss, learning rate, grad
+  norm, dev loss, dev WER per bin), ``config.yaml`` and ``train_info.json``; every rank logs to
+  its own file (``EXP/train.log`` for rank 0, ``EXP/logs/train.rank<r>.log`` for the others).
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from asrkit.config import Config
+from asrkit.schema import ConfigError
+from asrkit.training import TrainingError
+from asrkit.training.checks import load_config
+from asrkit.training.distributed import (DistInfo, DistributedError, describe_failure, init_distributed,
+                                         setup_rank_logging)
+from asrkit.training.loop import Trainer
+from asrkit.training.signals import stop_on_signals
+from asrkit.training.state import seed_all
+
+logger = logging.getLogger("asrkit.train")
+
+
+def run(cfg: Config, exp_dir: Path, dist_info: DistInfo, device: torch.device) -> None:
+    """Train (or resume) the experiment in ``exp_dir`` on this rank."""
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    if cfg.train.threads:
+        torch.set_num_threads(cfg.train.threads)
+    seed_all(cfg.train.seed)
+    trainer = Trainer(cfg, exp_dir, dist_info, device)
+
+    def on_signal(name: str) -> None:
+        trainer.signalled = name
+
+    with stop_on_signals(on_signal):
+        trainer.train()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="asrkit train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", type=Path, required=True)
+    p.add_argument("--exp-dir", type=Path, required=True)
+    p.add_argument("overrides", nargs="*", help="key=value config overrides")
+    args = p.parse_args(argv)
+    try:
+        cfg = load_config(args.config, args.overrides)
+    except ConfigError as e:
+        print(f"asrkit train: config error: {e}", file=sys.stderr)
+        return 2
+    try:
+        dist_info, device = init_distributed(cfg.train.device, cfg.train.dist_timeout_s)
+    except (DistributedError, RuntimeError, ValueError) as e:
+        print(f"asrkit train: cannot set up distributed training: {e}", file=sys.stderr)
+        return 2
+    args.exp_dir.mkdir(parents=True, exist_ok=True)
+    setup_rank_logging(args.exp_dir, dist_info)
+    rc = 0
+    try:
+        run(cfg, args.exp_dir, dist_info, device)
+    except (TrainingError, DistributedError) as e:
+        logger.error("%s: %s", dist_info, e)
+        rc = 1
+    except Exception as e:  # noqa: BLE001 - a rank's failure must end the job non-zero, naming the rank
+        logger.error("%s", describe_failure(dist_info, e), exc_info=True)
+        rc = 1
+    finally:
+        # after a failure a peer may be gone: tearing the group down could block, exiting is enough
+        if rc == 0 and dist.is_initialized():
+            dist.destroy_process_group()
+    return rc

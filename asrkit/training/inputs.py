@@ -1,0 +1,67 @@
+"""The training input pipeline: which utterances, how they are batched and loaded.
+
+Data loading must never consume the training RNGs (a resumed run would otherwise draw different
+dropout): every place that may draw from them runs under :func:`rng_untouched`.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Optional
+
+import torch
+
+from asrkit.data.dataset import AsrDataset, filter_cuts
+from asrkit.data.manifests import load_cuts
+from asrkit.training import TrainingError
+
+
+def load_train_cuts(cfg, tokenizer, where: str = "train"):
+    """The training (``where="train"``) or dev utterances, filtered (too short/long, untokenizable),
+    with the counts of what was dropped."""
+    from lhotse import CutSet
+
+    sets = cfg.data.train_sets if where == "train" else [cfg.data.dev_set]
+    cuts = CutSet.from_cuts(c for s in sets for c in load_cuts(cfg.data.manifest_dir, cfg.data.corpus, s))
+    cuts, stats = filter_cuts(cuts, tokenizer, cfg.features, cfg.frontend.stride, cfg.data.min_duration,
+                              cfg.data.max_utt_duration, where=f"{cfg.data.corpus}/{'+'.join(sets)}")
+    if len(cuts) == 0:
+        raise TrainingError(f"no usable {where} utterances in {sets} ({stats})")
+    return cuts, stats
+
+
+def make_eval_sampler(cuts, max_duration: float = 200.0):
+    from lhotse.dataset import SimpleCutSampler
+
+    return SimpleCutSampler(cuts, max_duration=max_duration, shuffle=False)
+
+
+def make_loader(cfg, tokenizer, sampler, epoch: int, train: bool) -> torch.utils.data.DataLoader:
+    """A DataLoader of collated batches (``batch_size=None``: the sampler yields whole batches)."""
+    args = (tokenizer, cfg.features, cfg.specaug if train else None, cfg.data.on_bad_audio)
+    if train and cfg.data.sampler == "padfree":  # variable hop, no padding (asrkit.data.padfree)
+        from asrkit.data.padfree import PadFreeDataset
+
+        ds = PadFreeDataset(*args, seed=cfg.train.seed, frontend_stride=cfg.frontend.stride)
+    else:
+        ds = AsrDataset(*args, seed=cfg.train.seed)
+    ds.set_epoch(epoch)
+    nw = cfg.data.num_workers
+    return torch.utils.data.DataLoader(ds, sampler=sampler, batch_size=None, num_workers=nw,
+                                       persistent_workers=False, prefetch_factor=4 if nw else None)
+
+
+@contextlib.contextmanager
+def rng_untouched(seed: int):
+    """Run a block without consuming the global RNGs (e.g. ``iter(DataLoader)`` draws a worker base
+    seed from torch's RNG); inside it torch's RNG is seeded with ``seed``."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
+def to_device(batch: dict, device: torch.device) -> dict:
+    return {k: (v.to(device, non_blocking=True) if torch.is_tensor(v) else v) for k, v in batch.items()}
+
+
+def n_utts(batch: Optional[dict]) -> int:
+    return 0 if batch is None else len(batch["ids"])

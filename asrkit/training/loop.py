@@ -1,0 +1,368 @@
+"""The training loop. Read :meth:`Trainer.train` top to bottom: resume, then epochs of
+(batch -> forward/backward -> optimizer step -> log / checkpoint), validation and an epoch
+checkpoint after each epoch, a final checkpoint and ``train_info.json`` at the end.
+
+Single process or DDP (one process per rank; every rank runs this same loop and takes part in
+every collective of every step, even when its batch is empty: it then runs a zero-weighted
+stand-in batch). The loss of a step is the mean over all utterances of the global batch (all
+ranks and all ``train.accum_grad`` micro-batches), so N ranks take the same step as one process on
+the joined batches. Checkpoints hold the state at the last step boundary (:mod:`.checkpointing`).
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from asrkit.data.dataset import stable_seed
+from asrkit.data.sampling import ResumableSampler, make_sampler
+from asrkit.model import build_model
+from asrkit.model.asr import NoFramesError
+from asrkit.tokenizer import load_tokenizer
+from asrkit.training import TrainingError
+from asrkit.training.checkpointing import Checkpointer
+from asrkit.training.distributed import DistInfo, all_reduce_sum, broadcast_object, check_same, digest
+from asrkit.training.inputs import load_train_cuts, make_loader, n_utts, rng_untouched, to_device
+from asrkit.training.optim import make_optimizer, make_scheduler, update_ema
+from asrkit.training.state import data_fingerprint, rng_state, seed_all
+from asrkit.training.sync import StepVote
+from asrkit.training.validation import validate
+
+logger = logging.getLogger("asrkit.train")
+
+AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}  #: train.amp -> autocast dtype
+
+
+class Trainer:
+    def __init__(self, cfg, exp_dir: Path, dist_info: DistInfo, device: torch.device):
+        from asrkit.config import dump_config
+
+        self.cfg, self.exp_dir, self.dist, self.device = cfg, Path(exp_dir), dist_info, device
+        # every rank must run the same experiment: one seed (rank 0's), one config, one data set
+        self.seed = int(broadcast_object(cfg.train.seed))
+        check_same("the resolved config (digest)", digest(dump_config(cfg)))
+        self.tokenizer = load_tokenizer(cfg.tokens.path)
+        self.train_cuts, self.drop_stats = load_train_cuts(cfg, self.tokenizer, "train")
+        self.fingerprint = data_fingerprint(self.train_cuts)
+        check_same("the training data (fingerprint of utterance ids and durations)", self.fingerprint)
+        self.dev_cuts = None
+        if cfg.data.dev_set:
+            self.dev_cuts, _ = load_train_cuts(cfg, self.tokenizer, "dev")
+            if cfg.data.dev_max_utts:
+                self.dev_cuts = self.dev_cuts.subset(first=cfg.data.dev_max_utts)
+        torch.manual_seed(self.seed)  # identical initial weights on every rank (DDP also broadcasts rank 0's)
+        self.model = build_model(cfg, self.tokenizer.vocab_size).to(device)
+        logger.info("model: %.2f M parameters, pos_enc=%s, %s, device %s",
+                    sum(p.numel() for p in self.model.parameters()) / 1e6, cfg.encoder.pos_enc, dist_info, device)
+        self.ema_model = None  # the weights' exponential moving average (train.ema_decay > 0)
+        if cfg.train.ema_decay > 0:
+            self.ema_model = copy.deepcopy(self.model).eval().requires_grad_(False)
+        self.ddp_model = self.model
+        if dist_info.distributed:
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            # layer drop skips whole layers (the same ones on every rank): their parameters get no
+            # gradient in that step, which DDP must be told about.
+            self.ddp_model = DDP(self.model, device_ids=[device.index] if device.type == "cuda" else None,
+                                 find_unused_parameters=cfg.encoder.layer_drop > 0)
+        # from here on each rank has its own RNG stream (dropout differs across ranks); it is saved
+        # per rank in checkpoints
+        seed_all(stable_seed(self.seed, "rank", dist_info.rank))
+        self.optimizer = make_optimizer(cfg, self.model.parameters())
+        self.scheduler = make_scheduler(cfg, self.optimizer)
+        self.amp_dtype = AMP_DTYPES[cfg.train.amp]
+        self.scaler = torch.amp.GradScaler(device.type, enabled=cfg.train.amp == "fp16")
+        self.step, self.epoch, self.batch_in_epoch = 0, 1, 0  # optimizer steps; batches done in the epoch
+        self.counters = {"bad_steps": 0, "overflow_steps": 0, "bad_audio": 0, "empty_batches": 0,
+                         "unequal_epochs": 0, "audio_seconds": 0.0, "train_wall": 0.0}
+        self.writer = None
+        if dist_info.is_main:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(str(self.exp_dir / "tensorboard"))
+        self.ckpt = Checkpointer(self)
+        self.boundary: dict = {}  # training position + RNG at the last step boundary (what a checkpoint holds)
+        self.stop: Optional[str] = None  # why training stops (set by the loop)
+        self.signalled: Optional[str] = None  # set by a stop-signal handler (asrkit.training.signals)
+        self._spare: Optional[dict] = None  # last non-empty batch of this rank (stand-in for an empty one)
+        self._consecutive_bad, self._before_bad = 0, {}
+        self._last_grad_norm = 0.0
+        self._cycle_loss = [0.0, 0]  # loss sum, utterances of the current accumulation cycle (all ranks)
+
+    # ------------------------------------------------------------------ the loop
+    def train(self) -> None:
+        cfg = self.cfg
+        resumed = self.ckpt.resume()  # refuses if config/data/world size changed
+        self.ckpt.write_config()
+        self.mark_boundary()
+        if resumed:
+            self.ckpt.saved_at = self.progress()
+        if cfg.train.max_steps and self.step >= cfg.train.max_steps:
+            logger.info("already trained %d steps (train.max_steps=%d)", self.step, cfg.train.max_steps)
+            return self.finish()
+        sampler = make_sampler(self.train_cuts, cfg.data, train=True, seed=self.seed,
+                               world_size=self.dist.world_size, rank=self.dist.rank)
+        self._t_start = time.time()
+        while self.epoch <= cfg.train.max_epochs and self.stop is None:
+            sampler.set_epoch(self.epoch)
+            t0, self.ckpt.wall = time.time(), 0.0
+            self.train_epoch(ResumableSampler(sampler, self.batch_in_epoch))
+            self.counters["train_wall"] += time.time() - t0 - self.ckpt.wall  # checkpointing is not training
+            if self.stop is not None:
+                break
+            info = self.validate() if self.dev_cuts is not None and self.epoch % cfg.train.valid_every_epochs == 0 else {}
+            self.epoch += 1
+            self.batch_in_epoch = 0
+            self.mark_boundary()
+            self.ckpt.save(f"epoch-{self.epoch - 1:04d}", info)
+        if self.stop:
+            logger.info("stopping: %s", self.stop)
+        self.finish()
+        if self.stop and self.stop.startswith("signal"):
+            raise TrainingError(f"training interrupted by {self.stop[7:]} at step {self.step}; checkpoint saved, "
+                                "rerun the same command to resume")
+
+    def train_epoch(self, sampler) -> None:
+        """One epoch (or its rest, when resuming). Before each batch the ranks agree (one small
+        all-reduce, :class:`StepVote`) on whether every rank has it, whether it is the last, whether
+        to stop, and on the global utterance count."""
+        from tqdm import tqdm
+
+        accum = self.cfg.train.accum_grad
+        loader = make_loader(self.cfg, self.tokenizer, sampler, self.epoch, train=True)
+        with rng_untouched(stable_seed(self.seed, "loader", self.epoch, self.dist.rank)):
+            it = iter(loader)
+        fetched = self.batch_in_epoch
+
+        def fetch() -> Optional[dict]:
+            # loading in this process (num_workers=0) must not consume the training RNG: when batches
+            # are fetched (one ahead) would otherwise change dropout after a resume
+            nonlocal fetched
+            fetched += 1
+            with rng_untouched(stable_seed(self.seed, "batch", self.epoch, fetched, self.dist.rank)):
+                return next(it, None)
+
+        self.ddp_model.train()
+        bar = tqdm(desc=f"epoch {self.epoch}", initial=self.batch_in_epoch, disable=not self.dist.is_main,
+                   dynamic_ncols=True, unit="batch")
+        cur, micro, n_good = fetch(), 0, 0
+        try:
+            while True:
+                nxt = fetch() if cur is not None else None
+                at_boundary = micro == 0
+                vote = StepVote.of(cur, nxt, at_boundary and self._time_up(),
+                                   at_boundary and self.signalled is not None).all_reduce(self.device)
+                if vote.missing > 0:  # some rank has no batch at all (only possible at the start of an epoch)
+                    self._unequal(vote.missing, cur is not None)
+                    break
+                if vote.signalled > 0:  # stop at this step boundary, with a checkpoint, on every rank
+                    self.stop = f"signal {self.signalled or 'on another rank'}"
+                    break
+                if vote.time_up > 0:
+                    self.stop = "train.max_minutes reached"
+                    break
+                if vote.last > 0:
+                    self._unequal(vote.last, nxt is not None)
+                self.batch_in_epoch += 1
+                micro += 1
+                self.counters["bad_audio"] += int(vote.bad_audio)
+                res = self.micro_batch(cur, int(vote.utterances), micro, sync=micro == accum or vote.last > 0)
+                if res == "ok":
+                    n_good += 1
+                    self.counters["audio_seconds"] += vote.audio_seconds
+                elif res == "empty":
+                    self.counters["empty_batches"] += 1
+                    logger.warning("epoch %d batch %d: every utterance of the global batch was dropped "
+                                   "(unreadable audio); nothing to train on", self.epoch, self.batch_in_epoch)
+                else:
+                    self.bad_step(f"non-finite loss at epoch {self.epoch} batch {self.batch_in_epoch} "
+                                  f"(utterances of this rank: {','.join(cur['ids'][:5]) or '-'})")
+                if micro == accum or vote.last > 0:
+                    stepped = self.optimizer_step(n_good)
+                    micro = n_good = 0
+                    self.mark_boundary()
+                    if stepped:
+                        self.after_step(bar)
+                bar.update(1)
+                if vote.last > 0 or self.stop is not None:
+                    break
+                cur = nxt
+        finally:
+            bar.close()
+
+    def micro_batch(self, batch: Optional[dict], total: int, micro: int, sync: bool) -> str:
+        """Forward/backward of one micro-batch; ``total`` = utterances in the global batch.
+        Returns ``ok``, ``bad`` (non-finite loss on some rank: no backward anywhere) or ``empty``."""
+        if total == 0:  # no rank has an utterance: identical decision everywhere, no collective needed
+            return "empty"
+        real = n_utts(batch) > 0
+        if real:
+            self._spare = batch
+        local = to_device(batch if real else (self._spare or self._dummy_batch()), self.device)
+        if hasattr(self.model.encoder, "set_step"):  # same layers dropped on every rank
+            self.model.encoder.set_step(stable_seed(self.seed, "layer_drop", self.step, micro))
+        no_sync = self.dist.distributed and not sync
+        with self.ddp_model.no_sync() if no_sync else contextlib.nullcontext():
+            loss_sum = self.forward(local)
+            if not real:
+                loss_sum = loss_sum * 0.0  # a stand-in: runs the collectives, contributes nothing
+            bad, glob = all_reduce_sum([0.0 if bool(torch.isfinite(loss_sum)) else 1.0, float(loss_sum.detach())],
+                                       self.device)
+            if bad > 0:
+                return "bad"
+            # DDP averages gradients over ranks: scale so the result is d(global loss sum / total) / accum
+            w = self.dist.world_size / (total * self.cfg.train.accum_grad)
+            self.scaler.scale(loss_sum * w).backward()
+        self._cycle_loss[0] += glob
+        self._cycle_loss[1] += total
+        return "ok"
+
+    def forward(self, batch: dict) -> torch.Tensor:
+        """Sum over the batch's utterances of the per-utterance loss (float32 scalar)."""
+        with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
+            try:
+                out = self.ddp_model(batch)
+            except NoFramesError as e:
+                raise e.naming(batch["ids"]) from None
+        return out["loss"].float() * out["n_utts"]
+
+    def optimizer_step(self, n_good: int) -> bool:
+        """Optimizer step at the end of an accumulation cycle; True if parameters were updated."""
+        cfg = self.cfg
+        if n_good == 0:
+            self.optimizer.zero_grad(set_to_none=True)
+            return False
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        if n_good < cfg.train.accum_grad:  # mean over the micro-batches that contributed
+            for p in params:
+                p.grad.mul_(cfg.train.accum_grad / n_good)
+        self.scaler.unscale_(self.optimizer)  # clip and measure the true (unscaled) gradients
+        max_norm = cfg.optim.clip_grad if cfg.optim.clip_grad > 0 else float("inf")
+        gn = float(torch.nn.utils.clip_grad_norm_(params, max_norm)) if params else 0.0
+        if all_reduce_sum([0.0 if math.isfinite(gn) else 1.0], self.device)[0] > 0:
+            self.optimizer.zero_grad(set_to_none=True)
+            self._cycle_loss = [0.0, 0]
+            where = f"epoch {self.epoch} batch {self.batch_in_epoch}"
+            if self.scaler.is_enabled():  # fp16: the scaler skips the step and lowers its scale
+                scale = self.scaler.get_scale()
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+                if scale >= 1.0:  # ordinary loss-scale calibration, not a diverging model
+                    self.counters["overflow_steps"] += 1
+                    logger.info("fp16 gradient overflow at %s with loss scale %g: step skipped, scale now %g",
+                                where, scale, self.scaler.get_scale())
+                    return False
+                self.bad_step(f"non-finite gradient at {where} (fp16 loss scale {scale:g})")
+                return False
+            self.bad_step(f"non-finite gradient at {where}")
+            return False
+        self._last_grad_norm = gn
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        self.step += 1
+        if self.ema_model is not None:
+            update_ema(self.ema_model, self.model, cfg.train.ema_decay, self.step)
+        self._consecutive_bad = 0
+        return True
+
+    def after_step(self, bar) -> None:
+        """Log, checkpoint every ``train.ckpt_every_steps``, stop at ``train.max_steps``."""
+        cfg = self.cfg
+        loss = self._cycle_loss[0] / max(1, self._cycle_loss[1])
+        self._cycle_loss = [0.0, 0]
+        if self.step % cfg.train.log_interval == 0 and self.writer is not None:
+            lr = self.optimizer.param_groups[0]["lr"]
+            self.writer.add_scalar("train/loss", loss, self.step)
+            self.writer.add_scalar("train/lr", lr, self.step)
+            self.writer.add_scalar("train/grad_norm", self._last_grad_norm, self.step)
+            if self.amp_dtype is not None and self.scaler.is_enabled():
+                self.writer.add_scalar("train/loss_scale", self.scaler.get_scale(), self.step)
+            bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", step=self.step)
+            logger.info("epoch %d batch %d step %d: loss %.4f, lr %.3e, grad norm %.3f", self.epoch,
+                        self.batch_in_epoch, self.step, loss, lr, self._last_grad_norm)
+        if cfg.train.ckpt_every_steps and self.step % cfg.train.ckpt_every_steps == 0:
+            self.ckpt.save(f"step-{self.step:08d}")
+        if cfg.train.max_steps and self.step >= cfg.train.max_steps:
+            self.stop = "train.max_steps reached"
+
+    def validate(self) -> dict:
+        model = self.ema_model if self.ema_model is not None else self.model
+        info, res = validate(model, self.dev_cuts, self.cfg, self.tokenizer, self.dist, self.device, self.seed,
+                             self.amp_dtype)
+        if res is not None:
+            self.writer.add_scalar("dev/loss", info["dev_loss"], self.step)
+            self.writer.add_scalar("dev/wer", res.wer, self.step)
+            for b in res.bins:
+                if b.counts.wer is not None:
+                    self.writer.add_scalar(f"dev/wer_{b.label}", b.counts.wer, self.step)
+            logger.info("epoch %d step %d: dev loss %.3f, dev WER %.2f%% (CTC greedy)", self.epoch, self.step,
+                        info["dev_loss"], res.wer)
+        return info
+
+    def finish(self) -> None:
+        if self.ckpt.saved_at != self.progress():
+            self.ckpt.save(f"step-{self.step:08d}")
+        self.ckpt.write_info()
+        if self.writer is not None:
+            self.writer.close()
+
+    # ------------------------------------------------------------------ state at step boundaries
+    def mark_boundary(self) -> None:
+        """Remember the position and RNG state at a step boundary: a checkpoint taken now or
+        before the next boundary resumes from here."""
+        self.boundary = {"epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch, "rng": rng_state()}
+
+    def progress(self) -> tuple:
+        return (self.step, self.boundary["epoch"], self.boundary["batch_in_epoch"])
+
+    # ------------------------------------------------------------------ bad steps, stand-ins
+    def bad_step(self, what: str) -> None:
+        """Count a skipped step; after ``train.max_bad_steps`` in a row (no optimizer step between
+        them), save a checkpoint of the state from before the first of them and stop. Same decision
+        on every rank (the checks are all-reduced)."""
+        if self._consecutive_bad == 0:  # the state before this run of bad steps
+            self._before_bad = self.boundary
+        self._consecutive_bad += 1
+        self.counters["bad_steps"] += 1
+        n, limit = self._consecutive_bad, self.cfg.train.max_bad_steps
+        logger.warning("%s: step skipped (%d in a row, %d in total)", what, n, self.counters["bad_steps"])
+        if n < limit:
+            return
+        # no optimizer step since then: model, optimizer, scheduler are still that state's
+        self.boundary = b = self._before_bad
+        path = self.ckpt.save(f"step-{self.step:08d}", {"stopped": f"{n} consecutive non-finite steps"})
+        raise TrainingError(
+            f"{n} consecutive non-finite losses/gradients (train.max_bad_steps={limit}), the last at epoch "
+            f"{self.epoch} batch {self.batch_in_epoch}; stopping. Checkpoint {path} holds the state from before "
+            f"them (step {self.step}, epoch {b['epoch']} batch {b['batch_in_epoch']}). Check the data and lower "
+            "optim.lr (or raise optim.warmup_steps / use optim.clip_grad), in a new --exp-dir.")
+
+    def _unequal(self, n_out: float, mine_left: bool) -> None:
+        """The epoch ends because ``n_out`` ranks have no more batches; if others still had some,
+        the samplers gave ranks unequal batch counts: count it (every rank), warn where dropped."""
+        if n_out < self.dist.world_size:
+            self.counters["unequal_epochs"] += 1
+            if mine_left:
+                logger.warning("epoch %d: this rank's sampler has more batches than another rank's (%s); the rest "
+                               "of its epoch is dropped so that all ranks stay in step", self.epoch, self.dist)
+
+    def _dummy_batch(self) -> dict:
+        """A one-utterance batch of silence, used (with weight 0) when this rank has no real batch yet."""
+        fc = self.cfg.features
+        T = 32 * max(1, self.cfg.frontend.stride)
+        return {"feats": torch.zeros(1, T, fc.n_mels), "feat_lens": torch.tensor([T]),
+                "times": (torch.arange(T, dtype=torch.float32) * fc.hop)[None], "targets": torch.tensor([1]),
+                "target_lens": torch.tensor([1]), "ids": ["<stand-in>"], "texts": [""], "durations": [T * fc.hop],
+                "n_bad_audio": 0}
+
+    def _time_up(self) -> bool:
+        m = self.cfg.train.max_minutes
+        return bool(m) and (time.time() - self._t_start) / 60 >= m

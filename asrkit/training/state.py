@@ -1,0 +1,83 @@
+"""What a checkpoint must hold to resume exactly, and when resuming would be wrong.
+
+* RNG states (python, numpy, torch, CUDA) and seeding;
+* the fingerprint of the training data;
+* :func:`resume_problems`: the reasons a checkpoint cannot be resumed by this run (config,
+  world size, data or tokenizer changed), each said in words.
+"""
+from __future__ import annotations
+
+import hashlib
+import random
+
+import numpy as np
+import torch
+
+#: config keys that may change between a run and its resumption
+RESUMABLE_CHANGES = ("train.max_epochs", "train.max_steps", "train.max_minutes", "train.log_interval",
+                     "train.ckpt_every_steps", "train.keep_last", "train.valid_every_epochs", "data.num_workers",
+                     "train.threads", "train.dist_timeout_s", "train.max_bad_steps", "decode", "data.dev_max_utts")
+
+
+def rng_state() -> dict:
+    st = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        st["cuda"] = torch.cuda.get_rng_state_all()
+    return st
+
+
+def set_rng_state(st: dict) -> None:
+    random.setstate(st["python"])
+    np.random.set_state(st["numpy"])
+    torch.set_rng_state(st["torch"])
+    if "cuda" in st and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(st["cuda"])
+
+
+def seed_all(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+
+
+def data_fingerprint(cuts) -> str:
+    """A digest of the training utterances (ids and durations)."""
+    h = hashlib.sha256()
+    for c in sorted(cuts, key=lambda c: c.id):
+        h.update(f"{c.id}:{c.duration:.4f}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and k not in ("pos", "options"):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[prefix + k] = v
+    return out
+
+
+def config_changes(old: dict, new: dict) -> list[str]:
+    """Keys whose change makes a resume wrong (everything except :data:`RESUMABLE_CHANGES`)."""
+    a, b = _flatten(old), _flatten(new)
+    changed = [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    return [k for k in changed if not any(k == r or k.startswith(r + ".") for r in RESUMABLE_CHANGES)]
+
+
+def resume_problems(st: dict, config: dict, world_size: int, fingerprint: str, vocab: list) -> list[str]:
+    """Why checkpoint ``st`` cannot be resumed by a run with this (resolved) ``config``, world size,
+    data fingerprint and tokenizer vocabulary; empty when it can."""
+    problems = []
+    changed = config_changes(st["config"], config)
+    if changed:
+        old, new = _flatten(st["config"]), _flatten(config)
+        problems.append("config changed: " + ", ".join(f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in changed))
+    if st["world_size"] != world_size:
+        problems.append(f"world size changed: checkpoint {st['world_size']}, now {world_size} "
+                        "(the sampler shards and the global batch would differ)")
+    if st["data_fingerprint"] != fingerprint:
+        problems.append("training data changed (different utterances or durations)")
+    if st.get("vocab") != list(vocab):
+        problems.append("tokenizer changed")
+    return problems
