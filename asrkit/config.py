@@ -105,7 +105,6 @@ class DataConfig:
     max_utt_duration: float = 60.0  #: longer utterances are dropped (counted)
     on_bad_audio: str = "raise"  #: raise | skip (skip = warn, count, drop from the batch)
     dev_max_utts: int = 0  #: limit dev utterances used for validation WER (0 = all)
-    speed_perturb: list = field(default_factory=list)  #: e.g. [0.9, 1.1]; empty = off
 
 
 @dataclass

@@ -1,10 +1,9 @@
-"""Small shared helpers: atomic file writes, logging set-up, seeding."""
+"""Small shared helpers: atomic file writes, logging set-up."""
 from __future__ import annotations
 
 import contextlib
 import logging
 import os
-import random
 import tempfile
 from pathlib import Path
 from typing import IO, Iterator, Union
@@ -90,20 +89,3 @@ def setup_logging(log_file: Pathlike | None = None, level: int = logging.INFO) -
         handlers=handlers,
         force=True,
     )
-
-
-def seed_everything(seed: int) -> None:
-    """Seed python, numpy and torch RNGs."""
-    random.seed(seed)
-    try:
-        import numpy as np
-
-        np.random.seed(seed % (2**32))
-    except ImportError:  # pragma: no cover
-        pass
-    try:
-        import torch
-
-        torch.manual_seed(seed)
-    except ImportError:  # pragma: no cover
-        pass

@@ -213,8 +213,6 @@ class PadFreeSampler:
             raise ValueError("PadFreeSampler: no utterances left to sample from")
         self.durations = np.array([c.duration for c in self.cuts], dtype=np.float64)
         self.epoch = 0
-        self._start = 0  # batches to skip at the next __iter__ (load_state_dict)
-        self._pos = 0  # batches of the current epoch yielded so far (including skipped ones)
         self._plan_cache: tuple[int, list[np.ndarray]] | None = None
 
     # ---------------------------------------------------------------- epoch plan
@@ -261,10 +259,7 @@ class PadFreeSampler:
 
     # ---------------------------------------------------------------- sampler API
     def set_epoch(self, epoch: int) -> None:
-        """Select the epoch; a different epoch than the current one starts at its first batch."""
-        if epoch != self.epoch:
-            self._start = 0
-            self._pos = 0
+        """Select the epoch (mid-epoch resumption: :class:`asrkit.data.sampling.ResumableSampler`)."""
         self.epoch = int(epoch)
 
     def __len__(self) -> int:
@@ -274,32 +269,8 @@ class PadFreeSampler:
     def __iter__(self) -> Iterator:
         from lhotse import CutSet
 
-        batches = self.rank_batches(self.epoch)
-        start, self._start = self._start, 0
-        self._pos = start
-        for b in batches[start:]:
-            self._pos += 1
+        for b in self.rank_batches(self.epoch):
             yield CutSet.from_cuts(self.cuts[i] for i in b)
-
-    def state_dict(self) -> dict:
-        """Epoch and position (batches already yielded by this sampler in the epoch). Note that a
-        DataLoader prefetches: the trainer resumes from its own count of *trained* batches with
-        :class:`asrkit.data.sampling.ResumableSampler` instead."""
-        return {"epoch": self.epoch, "position": self._pos, "seed": self.seed, "world_size": self.world_size,
-                "rank": self.rank, "max_duration": self.max_duration, "max_frames": self.max_frames,
-                "max_cuts": self.max_cuts, "perturb": self.perturb, "num_cuts": len(self.cuts),
-                "drop_last": self.drop_last}
-
-    def load_state_dict(self, st: dict) -> None:
-        """Resume: the next ``__iter__`` yields the batches after ``st["position"]`` of ``st["epoch"]``."""
-        for key in ("seed", "world_size", "rank", "max_duration", "max_frames", "max_cuts", "perturb",
-                    "num_cuts", "drop_last"):
-            mine = self.state_dict()[key]
-            if key in st and st[key] != mine:
-                raise ValueError(f"PadFreeSampler.load_state_dict: {key} differs (saved {st[key]!r}, "
-                                 f"now {mine!r}); the batches would not be the same")
-        self.epoch = int(st["epoch"])
-        self._start = self._pos = int(st["position"])
 
 
 # ---------------------------------------------------------------------------- dataset

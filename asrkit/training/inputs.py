@@ -29,6 +29,17 @@ def load_train_cuts(cfg, tokenizer, where: str = "train"):
     return cuts, stats
 
 
+def load_data(cfg, tokenizer):
+    """``(train cuts, their drop counts, dev cuts or None)`` of a run."""
+    train, stats = load_train_cuts(cfg, tokenizer, "train")
+    dev = None
+    if cfg.data.dev_set:
+        dev, _ = load_train_cuts(cfg, tokenizer, "dev")
+        if cfg.data.dev_max_utts:
+            dev = dev.subset(first=cfg.data.dev_max_utts)
+    return train, stats, dev
+
+
 def make_eval_sampler(cuts, max_duration: float = 200.0):
     from lhotse.dataset import SimpleCutSampler
 
@@ -65,3 +76,14 @@ def to_device(batch: dict, device: torch.device) -> dict:
 
 def n_utts(batch: Optional[dict]) -> int:
     return 0 if batch is None else len(batch["ids"])
+
+
+def stand_in_batch(cfg) -> dict:
+    """A one-utterance batch of silence, trained on with weight 0 by a DDP rank that has no real
+    batch yet (it must still take part in every collective of the step)."""
+    fc = cfg.features
+    T = 32 * max(1, cfg.frontend.stride)
+    return {"feats": torch.zeros(1, T, fc.n_mels), "feat_lens": torch.tensor([T]),
+            "times": (torch.arange(T, dtype=torch.float32) * fc.hop)[None], "targets": torch.tensor([1]),
+            "target_lens": torch.tensor([1]), "ids": ["<stand-in>"], "texts": [""], "durations": [T * fc.hop],
+            "n_bad_audio": 0}

@@ -26,18 +26,17 @@ from asrkit.model import build_model
 from asrkit.model.asr import NoFramesError
 from asrkit.tokenizer import load_tokenizer
 from asrkit.training import TrainingError
+from asrkit.training.bad_steps import BadSteps
 from asrkit.training.checkpointing import Checkpointer
 from asrkit.training.distributed import DistInfo, all_reduce_sum, broadcast_object, check_same, digest
-from asrkit.training.inputs import load_train_cuts, make_loader, n_utts, rng_untouched, to_device
-from asrkit.training.optim import make_optimizer, make_scheduler, update_ema
+from asrkit.training.inputs import load_data, make_loader, n_utts, rng_untouched, stand_in_batch, to_device
+from asrkit.training.monitor import Monitor
+from asrkit.training.optim import AMP_DTYPES, make_optimizer, make_scheduler, update_ema
 from asrkit.training.state import data_fingerprint, rng_state, seed_all
 from asrkit.training.sync import StepVote
 from asrkit.training.validation import validate
 
 logger = logging.getLogger("asrkit.train")
-
-AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}  #: train.amp -> autocast dtype
-
 
 class Trainer:
     def __init__(self, cfg, exp_dir: Path, dist_info: DistInfo, device: torch.device):
@@ -48,14 +47,9 @@ class Trainer:
         self.seed = int(broadcast_object(cfg.train.seed))
         check_same("the resolved config (digest)", digest(dump_config(cfg)))
         self.tokenizer = load_tokenizer(cfg.tokens.path)
-        self.train_cuts, self.drop_stats = load_train_cuts(cfg, self.tokenizer, "train")
+        self.train_cuts, self.drop_stats, self.dev_cuts = load_data(cfg, self.tokenizer)
         self.fingerprint = data_fingerprint(self.train_cuts)
         check_same("the training data (fingerprint of utterance ids and durations)", self.fingerprint)
-        self.dev_cuts = None
-        if cfg.data.dev_set:
-            self.dev_cuts, _ = load_train_cuts(cfg, self.tokenizer, "dev")
-            if cfg.data.dev_max_utts:
-                self.dev_cuts = self.dev_cuts.subset(first=cfg.data.dev_max_utts)
         torch.manual_seed(self.seed)  # identical initial weights on every rank (DDP also broadcasts rank 0's)
         self.model = build_model(cfg, self.tokenizer.vocab_size).to(device)
         logger.info("model: %.2f M parameters, pos_enc=%s, %s, device %s",
@@ -81,17 +75,13 @@ class Trainer:
         self.step, self.epoch, self.batch_in_epoch = 0, 1, 0  # optimizer steps; batches done in the epoch
         self.counters = {"bad_steps": 0, "overflow_steps": 0, "bad_audio": 0, "empty_batches": 0,
                          "unequal_epochs": 0, "audio_seconds": 0.0, "train_wall": 0.0}
-        self.writer = None
-        if dist_info.is_main:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.writer = SummaryWriter(str(self.exp_dir / "tensorboard"))
+        self.monitor = Monitor(self.exp_dir, dist_info.is_main)
         self.ckpt = Checkpointer(self)
         self.boundary: dict = {}  # training position + RNG at the last step boundary (what a checkpoint holds)
         self.stop: Optional[str] = None  # why training stops (set by the loop)
         self.signalled: Optional[str] = None  # set by a stop-signal handler (asrkit.training.signals)
         self._spare: Optional[dict] = None  # last non-empty batch of this rank (stand-in for an empty one)
-        self._consecutive_bad, self._before_bad = 0, {}
+        self.bad = BadSteps(cfg.train.max_bad_steps)
         self._last_grad_norm = 0.0
         self._cycle_loss = [0.0, 0]  # loss sum, utterances of the current accumulation cycle (all ranks)
 
@@ -204,7 +194,7 @@ class Trainer:
         real = n_utts(batch) > 0
         if real:
             self._spare = batch
-        local = to_device(batch if real else (self._spare or self._dummy_batch()), self.device)
+        local = to_device(batch if real else (self._spare or stand_in_batch(self.cfg)), self.device)
         if hasattr(self.model.encoder, "set_step"):  # same layers dropped on every rank
             self.model.encoder.set_step(stable_seed(self.seed, "layer_drop", self.step, micro))
         no_sync = self.dist.distributed and not sync
@@ -270,7 +260,7 @@ class Trainer:
         self.step += 1
         if self.ema_model is not None:
             update_ema(self.ema_model, self.model, cfg.train.ema_decay, self.step)
-        self._consecutive_bad = 0
+        self.bad.reset()
         return True
 
     def after_step(self, bar) -> None:
@@ -278,16 +268,11 @@ class Trainer:
         cfg = self.cfg
         loss = self._cycle_loss[0] / max(1, self._cycle_loss[1])
         self._cycle_loss = [0.0, 0]
-        if self.step % cfg.train.log_interval == 0 and self.writer is not None:
+        if self.step % cfg.train.log_interval == 0 and self.dist.is_main:
             lr = self.optimizer.param_groups[0]["lr"]
-            self.writer.add_scalar("train/loss", loss, self.step)
-            self.writer.add_scalar("train/lr", lr, self.step)
-            self.writer.add_scalar("train/grad_norm", self._last_grad_norm, self.step)
-            if self.amp_dtype is not None and self.scaler.is_enabled():
-                self.writer.add_scalar("train/loss_scale", self.scaler.get_scale(), self.step)
+            self.monitor.step(self.step, self.epoch, self.batch_in_epoch, loss, lr, self._last_grad_norm,
+                              self.scaler.get_scale() if self.scaler.is_enabled() else None)
             bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", step=self.step)
-            logger.info("epoch %d batch %d step %d: loss %.4f, lr %.3e, grad norm %.3f", self.epoch,
-                        self.batch_in_epoch, self.step, loss, lr, self._last_grad_norm)
         if cfg.train.ckpt_every_steps and self.step % cfg.train.ckpt_every_steps == 0:
             self.ckpt.save(f"step-{self.step:08d}")
         if cfg.train.max_steps and self.step >= cfg.train.max_steps:
@@ -297,22 +282,14 @@ class Trainer:
         model = self.ema_model if self.ema_model is not None else self.model
         info, res = validate(model, self.dev_cuts, self.cfg, self.tokenizer, self.dist, self.device, self.seed,
                              self.amp_dtype)
-        if res is not None:
-            self.writer.add_scalar("dev/loss", info["dev_loss"], self.step)
-            self.writer.add_scalar("dev/wer", res.wer, self.step)
-            for b in res.bins:
-                if b.counts.wer is not None:
-                    self.writer.add_scalar(f"dev/wer_{b.label}", b.counts.wer, self.step)
-            logger.info("epoch %d step %d: dev loss %.3f, dev WER %.2f%% (CTC greedy)", self.epoch, self.step,
-                        info["dev_loss"], res.wer)
+        self.monitor.dev(self.step, self.epoch, info, res)
         return info
 
     def finish(self) -> None:
         if self.ckpt.saved_at != self.progress():
             self.ckpt.save(f"step-{self.step:08d}")
         self.ckpt.write_info()
-        if self.writer is not None:
-            self.writer.close()
+        self.monitor.close()
 
     # ------------------------------------------------------------------ state at step boundaries
     def mark_boundary(self) -> None:
@@ -325,25 +302,12 @@ class Trainer:
 
     # ------------------------------------------------------------------ bad steps, stand-ins
     def bad_step(self, what: str) -> None:
-        """Count a skipped step; after ``train.max_bad_steps`` in a row (no optimizer step between
-        them), save a checkpoint of the state from before the first of them and stop. Same decision
-        on every rank (the checks are all-reduced)."""
-        if self._consecutive_bad == 0:  # the state before this run of bad steps
-            self._before_bad = self.boundary
-        self._consecutive_bad += 1
+        """Skip this step (:mod:`.bad_steps`); the same decision on every rank (the checks are all-reduced)."""
         self.counters["bad_steps"] += 1
-        n, limit = self._consecutive_bad, self.cfg.train.max_bad_steps
-        logger.warning("%s: step skipped (%d in a row, %d in total)", what, n, self.counters["bad_steps"])
-        if n < limit:
-            return
-        # no optimizer step since then: model, optimizer, scheduler are still that state's
-        self.boundary = b = self._before_bad
-        path = self.ckpt.save(f"step-{self.step:08d}", {"stopped": f"{n} consecutive non-finite steps"})
-        raise TrainingError(
-            f"{n} consecutive non-finite losses/gradients (train.max_bad_steps={limit}), the last at epoch "
-            f"{self.epoch} batch {self.batch_in_epoch}; stopping. Checkpoint {path} holds the state from before "
-            f"them (step {self.step}, epoch {b['epoch']} batch {b['batch_in_epoch']}). Check the data and lower "
-            "optim.lr (or raise optim.warmup_steps / use optim.clip_grad), in a new --exp-dir.")
+        if self.bad.skip(what, self.boundary, self.counters["bad_steps"]):
+            self.boundary = self.bad.before  # no optimizer step since then: model and optimizer are that state's
+            path = self.ckpt.save(f"step-{self.step:08d}", {"stopped": f"{self.bad.in_a_row} consecutive non-finite steps"})
+            raise self.bad.error(path, self.step, self.epoch, self.batch_in_epoch)
 
     def _unequal(self, n_out: float, mine_left: bool) -> None:
         """The epoch ends because ``n_out`` ranks have no more batches; if others still had some,
@@ -353,15 +317,6 @@ class Trainer:
             if mine_left:
                 logger.warning("epoch %d: this rank's sampler has more batches than another rank's (%s); the rest "
                                "of its epoch is dropped so that all ranks stay in step", self.epoch, self.dist)
-
-    def _dummy_batch(self) -> dict:
-        """A one-utterance batch of silence, used (with weight 0) when this rank has no real batch yet."""
-        fc = self.cfg.features
-        T = 32 * max(1, self.cfg.frontend.stride)
-        return {"feats": torch.zeros(1, T, fc.n_mels), "feat_lens": torch.tensor([T]),
-                "times": (torch.arange(T, dtype=torch.float32) * fc.hop)[None], "targets": torch.tensor([1]),
-                "target_lens": torch.tensor([1]), "ids": ["<stand-in>"], "texts": [""], "durations": [T * fc.hop],
-                "n_bad_audio": 0}
 
     def _time_up(self) -> bool:
         m = self.cfg.train.max_minutes

@@ -26,6 +26,9 @@ def _adamw(o, params) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=o.lr, betas=tuple(o.betas), eps=o.eps, weight_decay=o.weight_decay)
 
 
+#: train.amp -> autocast dtype (fp16 also gets a gradient scaler)
+AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
 #: optim.name -> builder(optim_cfg, params)
 OPTIMIZERS: dict[str, Callable] = {"adagrad": _adagrad, "adam": _adam, "adamw": _adamw}
 
