@@ -654,3 +654,63 @@ def test_explicit_bias_attention_equals_sdpa():
     gb = torch.autograd.grad(ref, (q, k, v, bias), g)
     for a, b in zip(ga, gb):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------
+# frame step: each encoder gives its encoding the spacing of the frames the encoding sees
+
+
+def _encoder_cases():
+    """(encoder.type, pos_enc, config overrides) for every encoder type and every encoding that
+    counts in frames (has a ``frame_step`` option) which that encoder can apply."""
+    from asrkit.model import ENCODERS, _load_plugins
+    from asrkit.model.conv import CONV_TYPES, _conv_pos_encodings
+
+    _load_plugins()
+    stepped = [n for n, cls in POS_ENCODINGS.items() if "frame_step" in {f.name for f in dataclasses.fields(cls.Options)}]
+    assert {"abspos", "relpos", "relpos_first", "shape", "spe_sine", "spe_conv"} <= set(stepped)
+    cases = []
+    for typ in ENCODERS:
+        if typ in CONV_TYPES:
+            extra = [f"encoder.type={typ}", "encoder.options={frontend_channels: 2, pool_layers: 2}", "frontend.stride=4"]
+            names = [n for n in stepped if n in _conv_pos_encodings()]
+        else:
+            extra, names = [f"encoder.type={typ}", "frontend.stride=3"], stepped
+        cases += [pytest.param(typ, n, extra, id=f"{typ}-{n}") for n in names]
+    return cases
+
+
+@pytest.mark.parametrize("typ,name,extra", _encoder_cases())
+def test_consecutive_frames_advance_one_step_of_their_own_times(typ, name, extra):
+    """The encoding's frame_step is the spacing of the frames it is applied to: 30 ms after the
+    Transformer's stride-3 frontend, the 10 ms hop in the conv encoders (before time pooling).
+    Consecutive frames are one table row (abspos), one lag (relpos), one position unit (SPE) and
+    SHAPE's offsets whole frames apart."""
+    cfg = make_cfg(name, *extra)
+    torch.manual_seed(0)
+    model = build_model(cfg, vocab_size=10).eval()
+    pos = model.encoder.pos
+    seen = []
+    orig = pos.begin
+    pos.begin = lambda x, t, m: seen.append(t.clone()) or orig(x, t, m)
+    feats, lens, times = batch([60, 45])
+    with torch.no_grad():
+        model.encoder(feats, lens, times)
+    t = seen[0][0]
+    step = float(t[1] - t[0])
+    assert step == pytest.approx(0.03 if typ == "transformer" else 0.01)
+    assert pos.opts.frame_step == pytest.approx(step)
+    n = t.shape[0]
+    if name == "abspos":
+        state = orig(None, t[None], torch.ones(1, n, dtype=torch.bool))
+        assert pos.indices(state)[0].tolist() == list(range(n))  # not [0, 0, 1, 1, 1, 2, ...]
+    elif name.startswith("relpos"):
+        assert pos.lags(t[None])[0, 0].tolist() == list(range(n))  # key j is j lags from query 0
+    elif name.startswith("spe"):
+        torch.testing.assert_close(t / pos.opts.frame_step, torch.arange(n, dtype=t.dtype), atol=1e-4, rtol=0)
+    elif name == "shape":
+        pos.train()
+        state = orig(None, t[None].repeat(64, 1), torch.ones(64, n, dtype=torch.bool))
+        k = (state.extra["positions"] - t) / step  # offsets in frames of its own times
+        torch.testing.assert_close(k, k.round(), atol=1e-3, rtol=0)
+        assert int(k.max()) > 1  # drawn offsets are whole frames, several of them

@@ -15,18 +15,31 @@ from asrkit.schema import ConfigError
 ENCODERS: dict[str, Callable] = {}
 #: decoder.type -> builder(cfg, encoder_dim, vocab_size) -> decoder module with ``loss(enc_out, batch)``
 DECODERS: dict[str, Callable] = {}
+#: encoder.type -> frame_step(cfg): seconds between consecutive frames of the sequence that
+#: encoder's positional encoding sees (the default of every ``encoder.pos.frame_step`` option).
+#: Each encoder registers its own, next to its builder: the one place that knows where it applies
+#: the encoding (:func:`pos_frame_step`).
+FRAME_STEPS: dict[str, Callable] = {}
 #: extra validators, called with the whole config
 VALIDATORS: list[Callable] = []
+
+
+def pos_frame_step(cfg) -> float:
+    """Seconds per frame where ``cfg.encoder`` applies its positional encoding: the Transformer
+    after its strided frontend (``features.hop x frontend.stride``), the conv encoders on the
+    10 ms frames before any time pooling (``features.hop``)."""
+    _load_plugins()
+    return FRAME_STEPS[cfg.encoder.type](cfg)
 
 
 def _transformer(cfg) -> nn.Module:
     from asrkit.model.transformer import TransformerEncoder
 
-    return TransformerEncoder(cfg.encoder, cfg.features.n_mels, cfg.frontend,
-                              frame_step=cfg.features.hop * cfg.frontend.stride)
+    return TransformerEncoder(cfg.encoder, cfg.features.n_mels, cfg.frontend, frame_step=pos_frame_step(cfg))
 
 
 ENCODERS["transformer"] = _transformer
+FRAME_STEPS["transformer"] = lambda cfg: cfg.features.hop * cfg.frontend.stride  # after the strided frontend
 
 
 def _load_plugins() -> None:
@@ -45,10 +58,9 @@ def validate_model_config(cfg) -> None:
     from asrkit.model.posenc import validate_pos_config
 
     _load_plugins()
-    frame_step = cfg.features.hop * cfg.frontend.stride if cfg.encoder.type == "transformer" else None
-    validate_pos_config(cfg.encoder, frame_step)
     if cfg.encoder.type not in ENCODERS:
         raise ConfigError(f"config key 'encoder.type': {cfg.encoder.type!r} is not available; valid: {', '.join(ENCODERS)}")
+    validate_pos_config(cfg.encoder, pos_frame_step(cfg))
     if cfg.decoder.type != "none" and cfg.decoder.type not in DECODERS:
         raise ConfigError(f"config key 'decoder.type': {cfg.decoder.type!r} is not available; valid: none, {', '.join(DECODERS)}")
     for v in VALIDATORS:

@@ -26,7 +26,9 @@ pool_layers``, 8 by default): the data pipeline uses it to drop utterances too s
 
 The positional encoding sees the frontend output (``channels x n_mels / 4`` dims at 10 ms), so
 ``concat_sin``'s ``encoder.pos.omega0: 100`` reproduces the paper's Eq. 6, which is written per
-10 ms frame index i (``sin(i / 10000^(2k/D))`` = ``sin(100 t / 10000^(2k/D))`` with t in seconds).
+10 ms frame index i (``sin(i / 10000^(2k/D))`` = ``sin(100 t / 10000^(2k/D))`` with t in seconds),
+and the ``frame_step`` of encodings that count frames (``abspos``, ``shape``) is ``features.hop``
+(registered in :data:`asrkit.model.FRAME_STEPS`).
 
 Padding: padded frames are set to zero before every convolution and every pooling, so a padded
 batch gives exactly the outputs of each utterance alone. Pooling is "same" (ceil) pooling by
@@ -45,7 +47,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from asrkit.model import ENCODERS, VALIDATORS
+from asrkit.model import ENCODERS, FRAME_STEPS, VALIDATORS, pos_frame_step
 from asrkit.model.asr import NoFramesError
 from asrkit.model.posenc import POS_ENCODINGS, build_pos_encoding
 from asrkit.model.posenc.base import PositionalEncoding
@@ -188,7 +190,7 @@ class ConvEncoder(nn.Module):
         self.opts = o
         d = enc.d_model
         self.frontend = Frontend2d(cfg.features.n_mels, o.frontend_channels, o.frontend_freq_pool)
-        self.pos = build_pos_encoding(enc, d_model=self.frontend.out_dim)
+        self.pos = build_pos_encoding(enc, d_model=self.frontend.out_dim, frame_step=pos_frame_step(cfg))
         self.proj = nn.Linear(self.pos.output_dim(self.frontend.out_dim), d)
         self.layers = nn.ModuleList(
             DepthwiseConvLayer(d, o.kernel, enc.activation, enc.dropout, gated) for _ in range(enc.n_layers))
@@ -276,7 +278,7 @@ def validate_conv_config(cfg) -> None:
             f"reduction, encoder.options.pool_size ** pool_layers = {o.pool_size} ** {o.pool_layers} = {red} (the data "
             f"pipeline uses frontend.stride to drop utterances too short for CTC); set frontend.stride={red}")
     d_front = o.frontend_channels * n_freq
-    pos = build_pos_encoding(enc, d_model=d_front)
+    pos = build_pos_encoding(enc, d_model=d_front, frame_step=pos_frame_step(cfg))
     try:
         x = torch.zeros(1, 2, d_front)
         t, m = torch.tensor([[0.0, cfg.features.hop]]), torch.ones(1, 2, dtype=torch.bool)
@@ -296,5 +298,7 @@ def _gated_conv(cfg) -> nn.Module:
 
 ENCODERS["conv"] = _conv
 ENCODERS["gated_conv"] = _gated_conv
+# the positional encoding sees the 10 ms frames, before any time pooling
+FRAME_STEPS["conv"] = FRAME_STEPS["gated_conv"] = lambda cfg: cfg.features.hop
 if validate_conv_config not in VALIDATORS:
     VALIDATORS.append(validate_conv_config)

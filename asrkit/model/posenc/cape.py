@@ -105,7 +105,7 @@ class Shape(SinPos):
     @dataclass
     class Options(SinPos.Options):
         max_shift: int = 500  #: K: offset k ~ U{0..K} frames per sequence at training (0 at inference)
-        frame_step: float = 0.03  #: seconds per frame: the offset is k * frame_step seconds
+        frame_step: float = 0.03  #: seconds per frame (default: from the encoder): offset k * frame_step s
 
         def __post_init__(self):
 

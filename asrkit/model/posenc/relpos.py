@@ -48,7 +48,7 @@ class RelPos(PositionalEncoding):
     @dataclass
     class Options:
         context_s: float = 27.6  #: seconds of context each side; longer lags are clipped
-        frame_step: float = 0.03  #: seconds per lag unit (frame spacing after the frontend)
+        frame_step: float = 0.03  #: seconds per lag unit (default: the encoder's frame spacing)
         init_std: float = 0.02  #: normal init of the tables
 
         def __post_init__(self):
