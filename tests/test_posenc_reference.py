@@ -12,7 +12,8 @@ encoding            reference (fixture)
 cape                CAPE paper, appendix A ``augment_positions_1d`` (ran as published)
 sinpos, cape        flashlight ``cape`` branch ``SinusoidalPositionEmbedding::forward`` (*)
 abspos              flashlight ``cape`` branch ``PositionEmbedding::forward`` (*)
-relpos beyond=zero  flashlight ``cape`` branch ``multiheadAttention`` + ``relativePositionEmbeddingRotate`` (*)
+relpos(_first),     flashlight ``cape`` branch ``multiheadAttention`` + ``relativePositionEmbeddingRotate`` (*)
+ beyond=zero
 relpos beyond=clip  tensor2tensor ``_generate_relative_positions_embeddings``, ``_relative_attention_inner`` (**)
 shape               butsugiri/shape (OpenNMT fork) ``PositionalEncoding`` (ran as published)
 cpe                 Meituan-AutoML/Twins ``gvt.PosCNN`` (ran as published)
@@ -147,8 +148,9 @@ def test_relpos_clip_matches_tensor2tensor(toeplitz):
     torch.testing.assert_close(relpos_logits(pos, q, k, 0.03), t(f["logits"]), **TOL)
 
 
+@pytest.mark.parametrize("name", ["relpos", "relpos_first"])
 @pytest.mark.parametrize("toeplitz", [True, False])
-def test_relpos_zero_beyond_matches_flashlight(toeplitz):
+def test_relpos_zero_beyond_matches_flashlight(toeplitz, name):
     """flashlight's multiheadAttention with a (2 bptt - 1) x headDim posEmb (row p = lag p - (bptt-1),
     relative shift by relativePositionEmbeddingRotate, no bias beyond +-(bptt-1)) == asrkit's relpos
     with beyond=zero, K = bptt, on the strided and the gather path. flashlight's q x k columns
@@ -157,7 +159,7 @@ def test_relpos_zero_beyond_matches_flashlight(toeplitz):
     q, k = (t(f[n]).permute(2, 0, 1)[None] for n in ("q", "k"))  # T x hd x n -> 1 x n x T x hd
     _, n, T, hd = q.shape
     bptt = int(f["bptt"])
-    pos = encoding("relpos", n * hd, n, context_s=bptt * 0.03, frame_step=0.03, beyond="zero")
+    pos = encoding(name, n * hd, n, context_s=bptt * 0.03, frame_step=0.03, beyond="zero")
     pos.toeplitz, pos.block = toeplitz, 4
     assert pos.tables.shape[1:] == f["table"].shape == (2 * bptt - 1, hd) and T > bptt
     with torch.no_grad():

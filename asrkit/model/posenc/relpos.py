@@ -117,9 +117,10 @@ class RelPos(PositionalEncoding):
             lo = int(max(-K, round(u_min - float(ub.max()))))
             hi = int(min(K, round(u_max - float(ub.min()))))
             lag = torch.round(u[:, None, :] - ub[:, :, None])
-            index = lag.clamp(-K, K).sub_(lo).long()
-            if self.zero_beyond:  # lags beyond the table: column hi - lo + 1, a zero column
-                index.masked_fill_(lag.abs() > K, hi - lo + 1)
+            beyond = lag.abs() > K if self.zero_beyond else None
+            index = lag.clamp_(-K, K).sub_(lo).long()
+            if beyond is not None:  # lags beyond the table: column hi - lo + 1, a zero column
+                index.masked_fill_(beyond, hi - lo + 1)
             blocks.append((i0, i1, (K + lo, K + hi + 1), index[:, None]))  # B|1 x 1 x b x T
         return PosState(times=times, mask=mask, extra={"rel_blocks": blocks, "rel_regular": regular})
 
@@ -199,7 +200,7 @@ class RelBias(QBias):
             if n == W:
                 torch.mm(qb, tab.t(), out=s)
             else:  # lags beyond the context: zero, or the edge columns repeated
-                torch.mm(qb, tab.t(), out=s[:, a : a + n])
+                s[:, a : a + n] = qb @ tab.t()
                 if self.zero_beyond:
                     s[:, :a] = 0.0
                     s[:, a + n :] = 0.0
