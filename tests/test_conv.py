@@ -54,11 +54,13 @@ def test_valid_pooling_floors_lengths():
     assert out.lengths.tolist() == [12, 7, 1]
 
 
-@pytest.mark.parametrize("typ,pos", [("conv", "nopos"), ("gated_conv", "sinpos"), ("conv", "concat_sin")])
-def test_batch_of_one_equals_batch_of_n(typ, pos):
+@pytest.mark.parametrize("typ,pos,published", [("conv", "nopos", False), ("gated_conv", "sinpos", False),
+                                               ("conv", "concat_sin", False), ("gated_conv", "concat_sin", True),
+                                               ("conv", "abspos", True)])
+def test_batch_of_one_equals_batch_of_n(typ, pos, published):
     if pos not in POS_ENCODINGS:
         pytest.skip(NO_CONCAT_SIN)
-    m = build_model(_cfg(typ=typ, pos=pos), 10).eval()
+    m = build_model(_cfg(*([PUBLISHED] if published else []), typ=typ, pos=pos), 10).eval()
     lens = [100, 61, 7, 88, 33]
     feats, l, times = _batch(lens)
     full = m.encode(feats, l, times)
@@ -121,6 +123,7 @@ def test_pooling_that_leaves_no_frames_names_the_utterance():
     ("encoder.options={pool_layers: 9}", "encoder.options.pool_layers=9"),
     ("frontend.stride=3", "frontend.stride=3.*set frontend.stride=8"),
     ("features.n_mels=3", "features.n_mels=3"),
+    ("encoder.options={frontend_activation: tanh}", "frontend_activation='tanh': valid: relu, none"),
 ])
 def test_bad_conv_options_name_the_key(override, needle):
     with pytest.raises(ConfigError, match=needle):
@@ -187,11 +190,68 @@ def test_conv_configs_load(path):
 
 @pytest.mark.parametrize("name,paper_m", [("conv_15x2048", 84), ("conv_25x2048", 127), ("conv_gated_35x2048", 313)])
 def test_paper_sizes(name, paper_m):
-    cfg = load_config(ROOT / f"conf/{name}.yaml", ["encoder.pos_enc=nopos", "encoder.pos={}"])
+    """The published wiring has the paper's parameter counts (84.8 M, 126.9 M, 313.1 M); the
+    projected wiring 4-6 % more (88.7 M, 130.7 M, 319.8 M)."""
+    cfg = load_config(ROOT / f"conf/{name}.yaml")
     with torch.device("meta"):
         m = build_model(cfg, 1000)  # BPE 1k
     n = sum(p.numel() for p in m.parameters()) / 1e6
-    assert abs(n - paper_m) / paper_m < 0.06, n
+    assert abs(n - paper_m) / paper_m < 0.011, n
+
+
+# ------------------------------------------------------------------------ published wiring
+
+PUBLISHED = "encoder.options={kernel: 3, frontend_channels: 4, project: false, frontend_activation: none, " \
+            "gate_value_activation: true}"
+
+
+def test_paper_configs_use_the_published_wiring():
+    for name in ("conv_15x2048", "conv_25x2048", "conv_gated_35x1024", "conv_gated_35x1536", "conv_gated_35x2048"):
+        enc = load_config(ROOT / f"conf/{name}.yaml").encoder
+        assert enc.pos_enc == "concat_sin" and enc.pos == {"dim": 320, "omega0": 100.0, "timescales": "t2t"}, name
+        assert enc.options["project"] is False and enc.options["frontend_activation"] == "none", name
+        assert enc.options.get("gate_value_activation", False) is (enc.type == "gated_conv"), name
+
+
+@pytest.mark.parametrize("typ", ["conv", "gated_conv"])
+def test_published_wiring_structure(typ):
+    """Frontend output (4 channels x 4 bins = 16) + 16-dim sinusoid = 32 channels straight into
+    layer 0's depthwise filters, its pointwise layer to D; no projection; a frontend without
+    activation (negative outputs); residual groups 1-2, 3 (closing), so 2 LayerNorms for 4 layers."""
+    m = build_model(_cfg(PUBLISHED, "encoder.pos={dim: 16, omega0: 100.0, timescales: t2t}", typ=typ,
+                         pos="concat_sin"), 10).eval()
+    enc = m.encoder
+    assert isinstance(enc.proj, torch.nn.Identity) and enc.res_start == 1
+    assert enc.layers[0].depthwise.in_channels == enc.layers[0].pointwise.in_features == 32
+    assert enc.layers[0].pointwise.out_features == (32 if typ == "gated_conv" else 16)
+    assert enc.layers[1].depthwise.in_channels == 16 and len(enc.norms) == 2
+    feats, lens, times = _batch([40, 24])
+    mask = torch.arange(40)[None] < lens[:, None]
+    assert bool((enc.frontend(feats, mask) < 0).any())  # no ReLU in the published frontend
+    relu = build_model(_cfg(typ=typ), 10).encoder.frontend
+    assert bool((relu(feats, mask) >= 0).all())
+    if typ == "gated_conv":  # relu(a) * sigmoid(g) >= 0 (RETURNN's gating layer with activation relu)
+        assert bool((enc.layers[0](torch.randn(2, 40, 32), mask) >= 0).all())
+
+
+def test_published_wiring_residual_starts_after_layer_zero():
+    """Silencing layers 1 and 2 (plain conv: relu(0) = 0) leaves LayerNorm(layer 0's output,
+    pooled twice): the first residual connection carries layer 0's output around layers 1-2."""
+    m = build_model(_cfg(PUBLISHED, "encoder.n_layers=3", pos="nopos"), 10).eval()
+    enc = m.encoder
+    with torch.no_grad():
+        for layer in enc.layers[1:]:
+            layer.pointwise.weight.zero_()
+            layer.pointwise.bias.fill_(-1.0)
+    from asrkit.model.conv import pool_time
+
+    feats, lens, times = _batch([40])
+    mask = torch.ones(1, 40, dtype=torch.bool)
+    with torch.no_grad():
+        h0 = enc.layers[0](enc.frontend(feats, mask), mask)
+        ref = enc.norms[0](pool_time(pool_time(pool_time(h0, 2, True), 2, True), 2, True))
+        out = m.encode(feats, lens, times).hidden
+    torch.testing.assert_close(out, ref)
 
 
 # ----------------------------------------------------------------------------------- analysis

@@ -339,30 +339,37 @@ def test_abspos_indexes_by_time_and_wraps_around():
 # relpos
 
 
-def naive_shaw(q, k, v, table, times, frame_step, K, key_mask):
-    """Shaw et al. key term, the O(T^2 D) way: e_ij = q_i . (k_j + a_clip(j-i)) / sqrt(d)."""
+def naive_shaw(q, k, v, table, times, frame_step, K, key_mask, zero_beyond=False):
+    """Shaw et al. key term, the O(T^2 D) way: e_ij = q_i . (k_j + a_clip(j-i)) / sqrt(d);
+    ``zero_beyond``: a = 0 for |j - i| > K instead of the edge row (the CAPE paper's flashlight code)."""
     B, H, T, Dh = q.shape
     u = times.double() / frame_step
-    lag = torch.round(u[:, None, :] - u[:, :, None]).clamp(-K, K).long() + K  # B T T
+    r = torch.round(u[:, None, :] - u[:, :, None])
+    lag = r.clamp(-K, K).long() + K  # B T T
     a = table[lag]  # B x T x T x Dh: the big tensor the real implementation never builds
+    if zero_beyond:
+        a = a * (r.abs() <= K)[..., None]
     logits = (q @ k.transpose(-1, -2) + torch.einsum("bhid,bijd->bhij", q, a)) / math.sqrt(Dh)
     if key_mask is not None:
         logits = logits.masked_fill(~key_mask, float("-inf"))
     return logits.softmax(-1) @ v
 
 
+@pytest.mark.parametrize("beyond", ["clip", "zero"])
 @pytest.mark.parametrize("fused", [True, False])
 @pytest.mark.parametrize("irregular", [False, True])
-def test_relpos_matches_naive_shaw(irregular, fused, monkeypatch):
+def test_relpos_matches_naive_shaw(irregular, fused, beyond, monkeypatch):
     """relpos attention == Shaw's formula computed naively, forward and gradients (tables, inputs,
-    projections), through the fused CPU path (attention_qbias) and through the materialized bias."""
+    projections), through the fused CPU path (attention_qbias) and through the materialized bias,
+    with lags beyond the context clipped to the edge row or given no bias."""
     import asrkit.model.attention as attention_mod
 
     if not fused:
         monkeypatch.setattr(attention_mod, "fuse_qbias", lambda q, p: False)
     torch.manual_seed(0)
-    cfg = make_cfg("relpos", "encoder.pos.context_s=0.6")  # K = 20 lags of 30 ms, clipped often
+    cfg = make_cfg("relpos", "encoder.pos.context_s=0.6", f"encoder.pos.beyond={beyond}")  # K = 20 lags of 30 ms
     pos = build_pos_encoding(cfg.encoder)
+    assert pos.tables.shape[1] == (41 if beyond == "clip" else 39)  # 2K+1 rows, or 2K-1 (lags -19 .. 19)
     pos.block = 16  # several query blocks
     B, T = 3, 50
     times = torch.arange(T).float()[None].repeat(B, 1) * 0.03
@@ -377,7 +384,7 @@ def test_relpos_matches_naive_shaw(irregular, fused, monkeypatch):
 
     def reference(layer):
         q, k, v = attn.qkv(x).view(B, T, 3, HEADS, D // HEADS).permute(2, 0, 3, 1, 4)
-        ref = naive_shaw(q, k, v, pos.tables[layer], times, 0.03, pos.max_lag, key_mask)
+        ref = naive_shaw(q, k, v, pos.tables[layer], times, 0.03, pos.max_lag, key_mask, beyond == "zero")
         return attn.out(ref.transpose(1, 2).reshape(B, T, D))
 
     for layer in range(LAYERS):
@@ -391,7 +398,8 @@ def test_relpos_matches_naive_shaw(irregular, fused, monkeypatch):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
 
 
-def test_qbias_attention_equals_sdpa():
+@pytest.mark.parametrize("beyond", ["clip", "zero"])
+def test_qbias_attention_equals_sdpa(beyond):
     """The fused attention with a query-computed bias equals SDPA with the materialized bias,
     forward and backward, with and without a key padding mask (float64)."""
     import torch.nn.functional as F
@@ -399,7 +407,7 @@ def test_qbias_attention_equals_sdpa():
     from asrkit.model.attention import attention_qbias
 
     torch.manual_seed(0)
-    pos = build_pos_encoding(make_cfg("relpos", "encoder.pos.context_s=0.3").encoder)
+    pos = build_pos_encoding(make_cfg("relpos", "encoder.pos.context_s=0.3", f"encoder.pos.beyond={beyond}").encoder)
     pos = pos.double()
     pos.block = 8
     B, H, T, Dh = 2, HEADS, 21, D // HEADS
@@ -436,11 +444,12 @@ def test_qbias_attention_second_backward_is_a_clear_error():
         y.backward()
 
 
-def test_relpos_regular_frames_strided_path_equals_gather_path():
+@pytest.mark.parametrize("beyond", ["clip", "zero"])
+def test_relpos_regular_frames_strided_path_equals_gather_path(beyond):
     """Regular frames take the index-free strided path (relative shift); it equals the general
-    gather / scatter-add path, forward and backward, with clipping and padding."""
+    gather / scatter-add path, forward and backward, with lags beyond the context and padding."""
     torch.manual_seed(0)
-    cfg = make_cfg("relpos", "encoder.pos.context_s=0.6")
+    cfg = make_cfg("relpos", "encoder.pos.context_s=0.6", f"encoder.pos.beyond={beyond}")
     pos = build_pos_encoding(cfg.encoder)
     pos.block = 16
     B, T = 3, 50
@@ -457,6 +466,30 @@ def test_relpos_regular_frames_strided_path_equals_gather_path():
         outs.append((bias, *torch.autograd.grad((bias * g).sum(), (q, pos.tables))))
     for a, b in zip(*outs):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_relpos_beyond_zero_gives_no_bias_past_k_minus_one_lags():
+    """beyond=zero: the table covers lags -(K-1) .. K-1 (flashlight's 2 bptt - 1 rows); the bias is
+    q . a_r inside, exactly 0 from lag K on (both sides), on regular and irregular frames; bad
+    values are config errors naming the key."""
+    torch.manual_seed(0)
+    pos = build_pos_encoding(make_cfg("relpos", "encoder.pos.context_s=0.15", "encoder.pos.beyond=zero").encoder)
+    assert pos.max_lag == 4 and pos.tables.shape[1] == 9  # K = 5
+    T = 12
+    q = torch.randn(1, HEADS, T, D // HEADS)
+    for times in (torch.arange(T).float()[None] * 0.03, (torch.arange(T).float() * 0.03 + 0.004 * torch.rand(T))[None]):
+        state = pos.begin(None, times, torch.ones(1, T, dtype=torch.bool))
+        bias = pos.attn_bias(0, q, state).materialize(q)
+        lag = torch.arange(T)[None] - torch.arange(T)[:, None]
+        inside = lag.abs() <= 4
+        assert bool((bias[..., ~inside] == 0).all()) and bool((bias[..., inside] != 0).all())
+        a = pos.tables[0] / math.sqrt(D // HEADS)
+        torch.testing.assert_close(bias[0, :, 3, 7], q[0, :, 3] @ a[4 + 4])  # lag +4: last row
+        torch.testing.assert_close(bias[0, :, 7, 3], q[0, :, 7] @ a[0])  # lag -4: first row
+    for bad, needle in (("encoder.pos.beyond=edge", "encoder.pos.beyond='edge'.*clip.*zero"),
+                        ("encoder.pos.context_s=0.01", "beyond=zero needs encoder.pos.context_s=0.01")):
+        with pytest.raises(ConfigError, match=needle):
+            make_cfg("relpos", "encoder.pos.beyond=zero", bad)
 
 
 def test_relpos_first_only_first_layer():
@@ -655,3 +688,63 @@ def test_explicit_bias_attention_equals_sdpa():
     gb = torch.autograd.grad(ref, (q, k, v, bias), g)
     for a, b in zip(ga, gb):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------
+# frame step: each encoder gives its encoding the spacing of the frames the encoding sees
+
+
+def _encoder_cases():
+    """(encoder.type, pos_enc, config overrides) for every encoder type and every encoding that
+    counts in frames (has a ``frame_step`` option) which that encoder can apply."""
+    from asrkit.model import ENCODERS, _load_plugins
+    from asrkit.model.conv import CONV_TYPES, _conv_pos_encodings
+
+    _load_plugins()
+    stepped = [n for n, cls in POS_ENCODINGS.items() if "frame_step" in {f.name for f in dataclasses.fields(cls.Options)}]
+    assert {"abspos", "relpos", "relpos_first", "shape", "spe_sine", "spe_conv"} <= set(stepped)
+    cases = []
+    for typ in ENCODERS:
+        if typ in CONV_TYPES:
+            extra = [f"encoder.type={typ}", "encoder.options={frontend_channels: 2, pool_layers: 2}", "frontend.stride=4"]
+            names = [n for n in stepped if n in _conv_pos_encodings()]
+        else:
+            extra, names = [f"encoder.type={typ}", "frontend.stride=3"], stepped
+        cases += [pytest.param(typ, n, extra, id=f"{typ}-{n}") for n in names]
+    return cases
+
+
+@pytest.mark.parametrize("typ,name,extra", _encoder_cases())
+def test_consecutive_frames_advance_one_step_of_their_own_times(typ, name, extra):
+    """The encoding's frame_step is the spacing of the frames it is applied to: 30 ms after the
+    Transformer's stride-3 frontend, the 10 ms hop in the conv encoders (before time pooling).
+    Consecutive frames are one table row (abspos), one lag (relpos), one position unit (SPE) and
+    SHAPE's offsets whole frames apart."""
+    cfg = make_cfg(name, *extra)
+    torch.manual_seed(0)
+    model = build_model(cfg, vocab_size=10).eval()
+    pos = model.encoder.pos
+    seen = []
+    orig = pos.begin
+    pos.begin = lambda x, t, m: seen.append(t.clone()) or orig(x, t, m)
+    feats, lens, times = batch([60, 45])
+    with torch.no_grad():
+        model.encoder(feats, lens, times)
+    t = seen[0][0]
+    step = float(t[1] - t[0])
+    assert step == pytest.approx(0.03 if typ == "transformer" else 0.01)
+    assert pos.opts.frame_step == pytest.approx(step)
+    n = t.shape[0]
+    if name == "abspos":
+        state = orig(None, t[None], torch.ones(1, n, dtype=torch.bool))
+        assert pos.indices(state)[0].tolist() == list(range(n))  # not [0, 0, 1, 1, 1, 2, ...]
+    elif name.startswith("relpos"):
+        assert pos.lags(t[None])[0, 0].tolist() == list(range(n))  # key j is j lags from query 0
+    elif name.startswith("spe"):
+        torch.testing.assert_close(t / pos.opts.frame_step, torch.arange(n, dtype=t.dtype), atol=1e-4, rtol=0)
+    elif name == "shape":
+        pos.train()
+        state = orig(None, t[None].repeat(64, 1), torch.ones(64, n, dtype=torch.bool))
+        k = (state.extra["positions"] - t) / step  # offsets in frames of its own times
+        torch.testing.assert_close(k, k.round(), atol=1e-3, rtol=0)
+        assert int(k.max()) > 1  # drawn offsets are whole frames, several of them

@@ -15,18 +15,31 @@ from asrkit.schema import ConfigError
 ENCODERS: dict[str, Callable] = {}
 #: decoder.type -> builder(cfg, encoder_dim, vocab_size) -> decoder module with ``loss(enc_out, batch)``
 DECODERS: dict[str, Callable] = {}
+#: encoder.type -> frame_step(cfg): seconds between consecutive frames of the sequence that
+#: encoder's positional encoding sees (the default of every ``encoder.pos.frame_step`` option).
+#: Each encoder registers its own, next to its builder: the one place that knows where it applies
+#: the encoding (:func:`pos_frame_step`).
+FRAME_STEPS: dict[str, Callable] = {}
 #: extra validators, called with the whole config
 VALIDATORS: list[Callable] = []
+
+
+def pos_frame_step(cfg) -> float:
+    """Seconds per frame where ``cfg.encoder`` applies its positional encoding: the Transformer
+    after its strided frontend (``features.hop x frontend.stride``), the conv encoders on the
+    10 ms frames before any time pooling (``features.hop``)."""
+    _load_plugins()
+    return FRAME_STEPS[cfg.encoder.type](cfg)
 
 
 def _transformer(cfg) -> nn.Module:
     from asrkit.model.transformer import TransformerEncoder
 
-    return TransformerEncoder(cfg.encoder, cfg.features.n_mels, cfg.frontend,
-                              frame_step=cfg.features.hop * cfg.frontend.stride)
+    return TransformerEncoder(cfg.encoder, cfg.features.n_mels, cfg.frontend, frame_step=pos_frame_step(cfg))
 
 
 ENCODERS["transformer"] = _transformer
+FRAME_STEPS["transformer"] = lambda cfg: cfg.features.hop * cfg.frontend.stride  # after the strided frontend
 
 
 def _load_plugins() -> None:
@@ -62,8 +75,7 @@ def validate_model_config(cfg) -> None:
             raise ConfigError(f"config key {key!r}={val} must be in [0, 1)")
     if cfg.frontend.kernel < 1 or cfg.frontend.stride < 1:
         raise ConfigError("frontend.kernel and frontend.stride must be >= 1")
-    frame_step = cfg.features.hop * cfg.frontend.stride if cfg.encoder.type == "transformer" else None
-    validate_pos_config(cfg.encoder, frame_step)
+    validate_pos_config(cfg.encoder, pos_frame_step(cfg))
     for v in VALIDATORS:
         v(cfg)
 

@@ -4,29 +4,53 @@ neural networks for end-to-end speech recognition" (section 3, Fig. 1).
 ``encoder.type: conv`` (Fig. 1b) or ``gated_conv`` (Fig. 1c)::
 
     feats (B x T x F, 10 ms frames)
-      -> 2-D frontend: two 3x3 convolutions over (time, frequency), ReLU, max-pool over frequency
+      -> 2-D frontend: two 3x3 convolutions over (time, frequency), each followed by max-pooling
+         over frequency (and by ReLU unless ``frontend_activation: none``)
       -> positional encoding from the frame *times*, before any time pooling
          (``encoder.pos_enc: concat_sin`` concatenates it, the paper's best variant; any encoding
          that only embeds the input works: nopos, sinpos, cape, abspos...)
-      -> linear projection to ``encoder.d_model`` = D
+      -> [``project: true``] linear projection to ``encoder.d_model`` = D
       -> ``encoder.n_layers`` 1-D depthwise convolution layers (Eq. 1):
              x'_{t,k} = sum_{i=-(W-1)/2}^{(W-1)/2} W_{i,k} x_{t+i,k}      (depthwise, width W)
-             h_t      = f(V x'_t + b)                                       (pointwise D x D)
-         gated layer: h_t = (V x'_t + b) * sigmoid(U x'_t + c)  (a GLU after the depthwise filter)
+             h_t      = f(V x'_t + b)                                       (pointwise -> D)
+         gated layer: h_t = (V x'_t + b) * sigmoid(U x'_t + c)  (a GLU after the depthwise filter;
+         ``f(V x'_t + b) * sigmoid(U x'_t + c)`` with ``gate_value_activation: true``)
          max-pooling of size 2 over time after each of the first ``pool_layers`` (3) layers:
          10 ms -> 80 ms per output frame; a residual connection around every two layers,
          followed by LayerNorm.
 
+Two wirings (``encoder.options``):
+
+* **published** (the paper's RETURNN configs, car3936/returnn-exp-jinh ``config/*.config``; the
+  paper-size ``conf/conv_*.yaml``): ``project: false, frontend_activation: none,
+  gate_value_activation: true`` with ``concat_sin`` of ``dim: 320, omega0: 100, timescales: t2t``.
+  The 2-D frontend (two 3x3 convolutions with bias and *no* activation, each max-pooled over
+  frequency: 40 mel bins x 32 channels -> 10 x 32 = 320) is concatenated with a 320-dim sinusoid
+  (RETURNN's ``positional_encoding`` layer of the frame index), and the 640 channels go straight
+  into layer 0's depthwise filters, whose pointwise layer maps them to D; layer 0 has no residual
+  connection (its width changes), the residual groups are layers 1-2, 3-4, ... (RETURNN's residual
+  at every even layer i > 0), and a gated layer is RETURNN's ``gating`` layer with
+  ``activation: relu``: ``relu(a) * sigmoid(g)``.
+* **projected** (asrkit's first wiring, the defaults): ``project: true, frontend_activation: relu,
+  gate_value_activation: false``: ReLU in the frontend, a Linear projection of the frontend(+pos)
+  output to D, residual groups 0-1, 2-3, ..., GLU gating ``a * sigmoid(g)``.
+
+Not reproduced from the RETURNN configs: where the dropout sits (RETURNN: on the pointwise
+layer's input, here on its output) and their "random drop" (dropout 0.5 i / N on the output of
+each layer that closes a residual group).
+
 Conv options live in ``encoder.options`` (strict keys, :class:`ConvOptions`); ``encoder.d_model``,
 ``encoder.n_layers``, ``encoder.dropout`` and ``encoder.activation`` (the ``f`` of Eq. 1; the gated
-layer has none) are reused; the Transformer keys (``n_heads``, ``d_ff``, ``layer_drop``...) are
+layer's value path with ``gate_value_activation``) are reused; the Transformer keys (``n_heads``, ``d_ff``, ``layer_drop``...) are
 unused. ``frontend.stride`` must equal the encoder's total time reduction (``pool_size **
 pool_layers``, 8 by default): the data pipeline uses it to drop utterances too short for CTC
 (``frontend.kernel`` / ``frontend.dropout`` belong to the Transformer's 1-D frontend and are unused).
 
 The positional encoding sees the frontend output (``channels x n_mels / 4`` dims at 10 ms), so
 ``concat_sin``'s ``encoder.pos.omega0: 100`` reproduces the paper's Eq. 6, which is written per
-10 ms frame index i (``sin(i / 10000^(2k/D))`` = ``sin(100 t / 10000^(2k/D))`` with t in seconds).
+10 ms frame index i (``sin(i / 10000^(2k/D))`` = ``sin(100 t / 10000^(2k/D))`` with t in seconds),
+and the ``frame_step`` of encodings that count frames (``abspos``, ``shape``) is ``features.hop``
+(registered in :data:`asrkit.model.FRAME_STEPS`).
 
 Padding: padded frames are set to zero before every convolution and every pooling, so a padded
 batch gives exactly the outputs of each utterance alone. Pooling is "same" (ceil) pooling by
@@ -45,7 +69,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from asrkit.model import ENCODERS, VALIDATORS
+from asrkit.model import ENCODERS, FRAME_STEPS, VALIDATORS, pos_frame_step
 from asrkit.model.asr import NoFramesError
 from asrkit.model.posenc import POS_ENCODINGS, build_pos_encoding
 from asrkit.model.posenc.base import PositionalEncoding
@@ -54,6 +78,8 @@ from asrkit.schema import ConfigError, from_dict
 logger = logging.getLogger(__name__)
 
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "swish": nn.SiLU}
+#: ``encoder.options.frontend_activation`` values
+FRONTEND_ACTIVATIONS = ("relu", "none")
 CONV_TYPES = ("conv", "gated_conv")
 
 
@@ -68,6 +94,9 @@ class ConvOptions:
     residual_every: int = 2  #: a residual connection + LayerNorm around every N layers (paper: 2)
     frontend_channels: int = 32  #: channels of both 3x3 2-D convolutions
     frontend_freq_pool: int = 2  #: max-pool size over frequency after each 2-D convolution
+    frontend_activation: str = "relu"  #: after each 2-D convolution: relu | none (published: none)
+    project: bool = True  #: Linear frontend(+pos) -> d_model before layer 0 (published: false, none)
+    gate_value_activation: bool = False  #: gated: f(a) * sigmoid(g) instead of a * sigmoid(g) (published: true)
 
 
 def conv_options(enc_cfg) -> ConvOptions:
@@ -85,6 +114,9 @@ def conv_options(enc_cfg) -> ConvOptions:
         raise ConfigError(f"encoder.options.residual_every={o.residual_every} must be >= 1")
     if o.frontend_channels < 1 or o.frontend_freq_pool < 1:
         raise ConfigError("encoder.options.frontend_channels and encoder.options.frontend_freq_pool must be >= 1")
+    if o.frontend_activation not in FRONTEND_ACTIVATIONS:
+        raise ConfigError(f"encoder.options.frontend_activation={o.frontend_activation!r}: valid: "
+                          f"{', '.join(FRONTEND_ACTIVATIONS)} (none: the published RETURNN configs)")
     return o
 
 
@@ -135,36 +167,42 @@ def pool_time(x: Tensor, size: int, ceil: bool) -> Tensor:
 
 
 class Frontend2d(nn.Module):
-    """Two 3x3 convolutions over (time, frequency) with ReLU, each followed by max-pooling over
-    frequency only (time resolution kept). B x T x F -> B x T x (C * F'), F' = F // p // p."""
+    """Two 3x3 convolutions over (time, frequency), each followed by ReLU (``activation="none"``:
+    nothing, as the published RETURNN configs) and max-pooling over frequency only (time
+    resolution kept). B x T x F -> B x T x (C * F'), F' = F // p // p."""
 
-    def __init__(self, n_feats: int, channels: int = 32, freq_pool: int = 2):
+    def __init__(self, n_feats: int, channels: int = 32, freq_pool: int = 2, activation: str = "relu"):
         super().__init__()
         self.conv1 = nn.Conv2d(1, channels, 3, padding=1)
         self.conv2 = nn.Conv2d(channels, channels, 3, padding=1)
         self.freq_pool = freq_pool
+        self.act = F.relu if activation == "relu" else (lambda h: h)
         self.out_dim = channels * (n_feats // freq_pool // freq_pool)
 
     def forward(self, feats: Tensor, mask: Tensor) -> Tensor:
         m = mask[:, None, :, None].to(feats.dtype)
         h = feats.unsqueeze(1) * m  # B x 1 x T x F
         for conv in (self.conv1, self.conv2):
-            h = F.max_pool2d(F.relu(conv(h * m)), (1, self.freq_pool))
+            h = F.max_pool2d(self.act(conv(h * m)), (1, self.freq_pool))
         h = h * m
         B, C, T, Fp = h.shape
         return h.permute(0, 2, 1, 3).reshape(B, T, C * Fp)
 
 
 class DepthwiseConvLayer(nn.Module):
-    """Eq. (1): depthwise filter of width W over time, then pointwise ``V x' + b`` and ``f``.
-    ``gated``: ``(V x' + b) * sigmoid(U x' + c)`` instead (Fig. 1c)."""
+    """Eq. (1): depthwise filter of width W over time (``d`` channels), then pointwise
+    ``V x' + b`` (to ``d_out`` channels, default ``d``) and ``f``. ``gated``:
+    ``(V x' + b) * sigmoid(U x' + c)`` instead (Fig. 1c), ``f(V x' + b) * sigmoid(U x' + c)`` with
+    ``value_activation`` (RETURNN's ``gating`` layer with an activation)."""
 
-    def __init__(self, d: int, kernel: int, activation: str = "relu", dropout: float = 0.0, gated: bool = False):
+    def __init__(self, d: int, kernel: int, activation: str = "relu", dropout: float = 0.0, gated: bool = False,
+                 d_out: int | None = None, value_activation: bool = False):
         super().__init__()
+        d_out = d_out or d
         self.depthwise = nn.Conv1d(d, d, kernel, padding=kernel // 2, groups=d, bias=False)
-        self.pointwise = nn.Linear(d, 2 * d if gated else d)
+        self.pointwise = nn.Linear(d, 2 * d_out if gated else d_out)
         self.act = ACTIVATIONS[activation]()
-        self.gated = gated
+        self.gated, self.value_activation = gated, value_activation
         self.drop = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, mask: Tensor) -> Tensor:
@@ -172,7 +210,7 @@ class DepthwiseConvLayer(nn.Module):
         h = self.pointwise(x)
         if self.gated:
             a, g = h.chunk(2, dim=-1)
-            h = a * torch.sigmoid(g)
+            h = (self.act(a) if self.value_activation else a) * torch.sigmoid(g)
         else:
             h = self.act(h)
         return self.drop(h)
@@ -187,12 +225,17 @@ class ConvEncoder(nn.Module):
         o = conv_options(enc)
         self.opts = o
         d = enc.d_model
-        self.frontend = Frontend2d(cfg.features.n_mels, o.frontend_channels, o.frontend_freq_pool)
-        self.pos = build_pos_encoding(enc, d_model=self.frontend.out_dim)
-        self.proj = nn.Linear(self.pos.output_dim(self.frontend.out_dim), d)
+        self.frontend = Frontend2d(cfg.features.n_mels, o.frontend_channels, o.frontend_freq_pool, o.frontend_activation)
+        self.pos = build_pos_encoding(enc, d_model=self.frontend.out_dim, frame_step=pos_frame_step(cfg))
+        d_in = self.pos.output_dim(self.frontend.out_dim)
+        # projected: Linear -> D, residual groups 0-1, 2-3, ...; published: layer 0 takes the d_in
+        # channels (its pointwise layer maps them to D), no residual around it, groups 1-2, 3-4, ...
+        self.proj = nn.Linear(d_in, d) if o.project else nn.Identity()
+        self.res_start = 0 if o.project else 1  #: layers before it lie outside the residual groups
         self.layers = nn.ModuleList(
-            DepthwiseConvLayer(d, o.kernel, enc.activation, enc.dropout, gated) for _ in range(enc.n_layers))
-        n_groups = -(-enc.n_layers // o.residual_every)
+            DepthwiseConvLayer(d if (o.project or i > 0) else d_in, o.kernel, enc.activation, enc.dropout, gated,
+                               d_out=d, value_activation=o.gate_value_activation) for i in range(enc.n_layers))
+        n_groups = -(-(enc.n_layers - self.res_start) // o.residual_every)
         self.norms = nn.ModuleList(nn.LayerNorm(d) for _ in range(n_groups))
         self.drop = nn.Dropout(enc.dropout)
         self.d_model = d
@@ -235,8 +278,11 @@ class ConvEncoder(nn.Module):
             x = layer(x, mask)
             if i < o.pool_layers:
                 x, res, mask, lengths, times = self._pool(x, res, mask, lengths, times, i)
-            if (i + 1) % o.residual_every == 0 or i == len(self.layers) - 1:
-                x = _zero_pad(self.norms[i // o.residual_every](x + res), mask)
+            j = i - self.res_start  # position in the residual groups
+            if j < 0:
+                res = x
+            elif (j + 1) % o.residual_every == 0 or i == len(self.layers) - 1:
+                x = _zero_pad(self.norms[j // o.residual_every](x + res), mask)
                 res = x
         return x, lengths, mask, times
 
@@ -276,7 +322,7 @@ def validate_conv_config(cfg) -> None:
             f"reduction, encoder.options.pool_size ** pool_layers = {o.pool_size} ** {o.pool_layers} = {red} (the data "
             f"pipeline uses frontend.stride to drop utterances too short for CTC); set frontend.stride={red}")
     d_front = o.frontend_channels * n_freq
-    pos = build_pos_encoding(enc, d_model=d_front)
+    pos = build_pos_encoding(enc, d_model=d_front, frame_step=pos_frame_step(cfg))
     try:
         x = torch.zeros(1, 2, d_front)
         t, m = torch.tensor([[0.0, cfg.features.hop]]), torch.ones(1, 2, dtype=torch.bool)
@@ -296,5 +342,7 @@ def _gated_conv(cfg) -> nn.Module:
 
 ENCODERS["conv"] = _conv
 ENCODERS["gated_conv"] = _gated_conv
+# the positional encoding sees the 10 ms frames, before any time pooling
+FRAME_STEPS["conv"] = FRAME_STEPS["gated_conv"] = lambda cfg: cfg.features.hop
 if validate_conv_config not in VALIDATORS:
     VALIDATORS.append(validate_conv_config)

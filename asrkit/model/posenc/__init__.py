@@ -19,8 +19,11 @@ spe_conv        gated convolutional SPE                     linear     begin, qk
 concat_sin      sinusoid concatenated (Park & Sung)         any        embed, output_dim
 =============== =========================================== ========== ==========================
 
-Durations in options are seconds; ``frame_step`` converts them to encoder frames. The Transformer
-encoder sets it to ``features.hop x frontend.stride`` unless ``encoder.pos.frame_step`` is given.
+Durations in options are seconds; ``frame_step`` converts them to frames of the sequence the
+encoding sees. Its default comes from the encoder that applies the encoding
+(:func:`asrkit.model.pos_frame_step`: ``features.hop x frontend.stride`` after the Transformer's
+strided frontend, ``features.hop`` before the conv encoders' time pooling) unless
+``encoder.pos.frame_step`` is given.
 """
 from __future__ import annotations
 
@@ -51,8 +54,9 @@ def attention_family(attention: str) -> str:
 def pos_options(name: str, opts: dict, frame_step: float | None = None) -> Any:
     """Build the encoding's Options dataclass from the ``encoder.pos`` mapping (strict keys).
 
-    ``frame_step`` (seconds per encoder frame, i.e. ``features.hop x frontend.stride``) becomes the
-    default of an encoding's ``frame_step`` option unless ``encoder.pos`` sets it explicitly."""
+    ``frame_step`` (seconds between the frames the encoding sees, from the encoder:
+    :func:`asrkit.model.pos_frame_step`) becomes the default of an encoding's ``frame_step`` option
+    unless ``encoder.pos`` sets it explicitly."""
 
     if name not in POS_ENCODINGS:
         raise ConfigError(f"config key 'encoder.pos_enc': unknown encoding {name!r}; valid: {', '.join(POS_ENCODINGS)}")

@@ -1,7 +1,8 @@
 """``abspos``: a learnable absolute embedding indexed by frame time (CAPE paper, section 5.2).
 
 The table ``E(0) .. E(N-1)`` covers ``context_s`` seconds (13.8 s in the paper) of frames spaced
-``frame_step`` seconds apart (after the frontend: STFT hop x frontend stride = 10 ms x 3). A frame at
+``frame_step`` seconds apart (set by the encoder that applies it, :func:`asrkit.model.pos_frame_step`:
+10 ms hop x stride 3 after the Transformer's frontend, the 10 ms hop in the conv encoders). A frame at
 time ``t`` gets ``E(round(t / frame_step) mod N)``: beyond the covered context the table wraps
 around, ``E(n) = E(n mod N)``, exactly as the paper does at both training and evaluation time, so
 longer inputs still get (periodic) positions and the model sees the wrap-around during training.
@@ -25,7 +26,7 @@ class AbsPos(PositionalEncoding):
     @dataclass
     class Options:
         context_s: float = 13.8  #: seconds covered by the table (paper: 13.8 s)
-        frame_step: float = 0.03  #: seconds between encoder frames (10 ms hop x stride 3)
+        frame_step: float = 0.03  #: seconds between the frames it sees (default: from the encoder)
         init_std: float = 0.02  #: normal init of the table
 
         def __post_init__(self):

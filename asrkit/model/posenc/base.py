@@ -137,17 +137,19 @@ class _QBiasFn(torch.autograd.Function):
         return gq, (gw.to(weight.dtype) if gw is not None else None), None
 
 
-def sinusoid(times: Tensor, dim: int, omega0: float = 30.0, base: float = 10000.0) -> Tensor:
+def sinusoid(times: Tensor, dim: int, omega0: float = 30.0, base: float = 10000.0, t2t: bool = False) -> Tensor:
     """Sinusoidal embedding of continuous ``times`` (any shape, seconds) -> ``times.shape + (dim,)``.
 
     E_2k(t) = cos(w_k t), E_2k+1(t) = sin(w_k t), w_k = omega0 * base^(-2k/dim) (CAPE section 3,
     "positional encoding for sound": omega0 = 30 gives 30 ms specificity over minutes of audio).
+    ``t2t``: w_k = omega0 * base^(-k/(dim/2 - 1)) instead, the spacing of tensor2tensor's
+    ``get_timing_signal_1d`` and RETURNN's ``positional_encoding`` layer (the slowest is omega0/base).
     Components are laid out [cos..., sin...], which is a fixed permutation of the interleaved form.
     Computed in float32 whatever the input dtype (phases of minutes-long audio need it).
     """
     assert dim % 2 == 0, f"sinusoidal embedding needs an even dimension, got {dim}"
     k = torch.arange(dim // 2, device=times.device, dtype=torch.float32)
-    w = omega0 * base ** (-2.0 * k / dim)
+    w = omega0 * base ** (-k / max(dim // 2 - 1, 1) if t2t else -2.0 * k / dim)
     phase = times.to(torch.float32).unsqueeze(-1) * w
     return torch.cat([torch.cos(phase), torch.sin(phase)], dim=-1)
 

@@ -20,7 +20,11 @@ lambda > 0, frame order is always kept. ``max_scale`` (lambda_max) is 1.1 for WS
 and 2 for TED-LIUM in the paper; 1 disables scaling.
 
 SHAPE: positions ``t + k * frame_step`` with one integer k ~ U{0, ..., max_shift} per sequence at
-training (max_shift = K = 500 in the paper), k = 0 (plain ``sinpos``) at inference.
+training (max_shift = K = 500 in the paper), k = ``eval_shift`` at inference: 0 (plain ``sinpos``),
+as the paper says (section 2.3, "we set K = 0 during inference"). The authors' OpenNMT code
+(butsugiri/shape, ``onmt/modules/embeddings.py``, ``PositionalEncoding``) differs from the paper
+in both: it draws k ~ U{0, ..., K - 1} at training and adds K at inference (``eval_shift: 500``
+reproduces the latter).
 """
 from __future__ import annotations
 
@@ -104,19 +108,23 @@ class Shape(SinPos):
 
     @dataclass
     class Options(SinPos.Options):
-        max_shift: int = 500  #: K: offset k ~ U{0..K} frames per sequence at training (0 at inference)
-        frame_step: float = 0.03  #: seconds per frame: the offset is k * frame_step seconds
+        max_shift: int = 500  #: K: offset k ~ U{0..K} frames per sequence at training
+        frame_step: float = 0.03  #: seconds per frame (default: from the encoder): offset k * frame_step s
+        eval_shift: int = 0  #: offset in frames at inference (paper: 0; the authors' code: K)
 
         def __post_init__(self):
 
-            if self.max_shift < 0 or self.frame_step <= 0:
-                raise ConfigError(f"encoder.pos.max_shift={self.max_shift} must be >= 0 and frame_step > 0")
+            if self.max_shift < 0 or self.frame_step <= 0 or self.eval_shift < 0:
+                raise ConfigError(f"encoder.pos.max_shift={self.max_shift} and eval_shift={self.eval_shift} must be "
+                                  f">= 0 and frame_step={self.frame_step} > 0")
 
     def begin(self, x: Tensor, times: Tensor, mask: Tensor) -> PosState:
         pos = times.float()
         if self.training and self.opts.max_shift > 0:
             k = torch.randint(0, self.opts.max_shift + 1, (times.shape[0], 1), device=times.device)
             pos = pos + k.float() * self.opts.frame_step
+        elif not self.training and self.opts.eval_shift:
+            pos = pos + self.opts.eval_shift * self.opts.frame_step
         return PosState(times=times, mask=mask, extra={"positions": pos})
 
     def positions(self, state: PosState) -> Tensor:

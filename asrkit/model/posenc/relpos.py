@@ -1,14 +1,22 @@
 """``relpos`` / ``relpos_first``: learnable relative positions of Shaw et al. (2018), key term.
 
-Attention logits become ``e_ij = q_i . (k_j + a_{r(i,j)}) / sqrt(d_head)`` with
-``r(i,j) = clip(round((t_j - t_i) / frame_step), -K, K)``: the relative distance is measured in
-frames *from the frame times*, so irregular timestamps (padding-free pipeline) and a changed
-inference hop still map each pair to the nearest lag. ``K = round(context_s / frame_step)``: the
-paper's relpos spans 27.6 s each side (section 5.2 says 26.8 s, appendix C.4 27.6 s; the latter is
-the default), its ablation 6 s. Only Shaw's *key* term is implemented (as in the wav2letter/
-flashlight ASR relpos the CAPE paper follows); the value term ``a^V`` is not. ``relpos`` has one
-table (2K+1) x d_head per layer, shared by the heads; ``relpos_first`` has a table in the first
-layer only and no other positional information anywhere.
+Attention logits become ``e_ij = q_i . (k_j + a_{r(i,j)}) / sqrt(d_head)`` with the lag
+``r(i,j) = round((t_j - t_i) / frame_step)``: the relative distance is measured in frames *from the
+frame times*, so irregular timestamps (padding-free pipeline) and a changed inference hop still map
+each pair to the nearest lag. With ``K = round(context_s / frame_step)``, lags beyond the context
+are handled as ``encoder.pos.beyond`` says:
+
+* ``clip`` (default; Shaw et al.): ``a_{clip(r, -K, K)}``, a table of 2K+1 rows; every lag beyond
+  the context gets the edge row.
+* ``zero`` (the flashlight code behind the CAPE paper's relpos results, ``fl::Transformer`` with
+  ``bptt = K`` and ``multiheadAttention``'s relative shift): a table of 2K-1 rows for the lags
+  -(K-1) .. K-1, and *no* bias at all for lags beyond them.
+
+The paper's relpos spans 27.6 s each side (920 lags of 30 ms in its ``TR ... 920`` architecture
+files; section 5.2 says 26.8 s, appendix C.4 27.6 s), its ablation 6 s (``TR ... 200``). Only
+Shaw's *key* term is implemented (as in the flashlight ASR relpos the CAPE paper follows); the
+value term ``a^V`` is not. ``relpos`` has one table per layer, shared by the heads;
+``relpos_first`` has a table in the first layer only and no other positional information anywhere.
 
 Cost: no B x H x T x T x D tensor is ever built. Per layer, the queries are taken in blocks of
 ``block`` rows; for each block ``S = q_block @ A[lo..hi]^T`` (one (b B H) x W_b GEMM) is computed
@@ -23,7 +31,9 @@ CPU, the attention writes it straight into its own score buffer and hands it the
 is materialized as the additive ``attn_mask`` of ``scaled_dot_product_attention``. The block
 ranges (and for irregular frames the lag index: 1 x T x T when the batch shares its frame times,
 else B x T x T) are computed once per forward in :meth:`begin` and shared by the layers; each
-layer's bias lives only inside its attention call.
+layer's bias lives only inside its attention call. ``beyond: zero`` costs no more than ``clip``:
+the columns of lags beyond the context are zero-filled instead of copied from the edge column, and
+have no gradient to take back (irregular frames: they index one extra zero column).
 """
 from __future__ import annotations
 
@@ -38,6 +48,10 @@ from asrkit.model.posenc.base import PositionalEncoding, PosState, QBias
 from asrkit.schema import ConfigError
 
 
+#: ``encoder.pos.beyond`` values: what lags beyond the context get
+BEYOND = ("clip", "zero")
+
+
 class RelPos(PositionalEncoding):
     name = "relpos"
     attention = ("softmax",)
@@ -47,24 +61,36 @@ class RelPos(PositionalEncoding):
 
     @dataclass
     class Options:
-        context_s: float = 27.6  #: seconds of context each side; longer lags are clipped
-        frame_step: float = 0.03  #: seconds per lag unit (frame spacing after the frontend)
+        context_s: float = 27.6  #: seconds of context each side: K = round(context_s / frame_step) lags
+        frame_step: float = 0.03  #: seconds per lag unit (default: the encoder's frame spacing)
         init_std: float = 0.02  #: normal init of the tables
+        beyond: str = "clip"  #: lags beyond the context: clip (edge row, Shaw) | zero (no bias, flashlight/CAPE)
 
         def __post_init__(self):
 
             if self.frame_step <= 0 or self.context_s < 0:
                 raise ConfigError(f"encoder.pos.frame_step={self.frame_step} must be > 0, context_s={self.context_s} >= 0")
+            if self.beyond not in BEYOND:
+                raise ConfigError(f"encoder.pos.beyond={self.beyond!r}: valid: clip (lags beyond the context get the "
+                                  "edge row, Shaw et al.), zero (no bias beyond +-(K-1) lags, the CAPE paper's code)")
+            if self.beyond == "zero" and round(self.context_s / self.frame_step) < 1:
+                raise ConfigError(f"encoder.pos.beyond=zero needs encoder.pos.context_s={self.context_s} of at least "
+                                  f"one frame step ({self.frame_step} s): its table covers lags -(K-1) .. K-1")
 
     def __init__(self, d_model: int, n_heads: int, n_layers: int, opts=None):
         super().__init__(d_model, n_heads, n_layers, opts)
-        self.max_lag = round(self.opts.context_s / self.opts.frame_step)
+        K = round(self.opts.context_s / self.opts.frame_step)
+        self.zero_beyond = self.opts.beyond == "zero"
+        #: largest lag with a table row: K (clip, 2K+1 rows) or K-1 (zero, 2K-1 rows)
+        self.max_lag = K - 1 if self.zero_beyond else K
         n_tables = 1 if self.first_only else n_layers
         d_head = d_model // n_heads
         self.tables = nn.Parameter(torch.randn(n_tables, 2 * self.max_lag + 1, d_head) * self.opts.init_std)
 
     def lags(self, times: Tensor) -> Tensor:
-        """r(i, j) = clip(round((t_j - t_i) / frame_step), -K, K), B x T x T int64 (reference form)."""
+        """r(i, j) = clip(round((t_j - t_i) / frame_step), -M, M), B x T x T int64 (reference form;
+        M = :attr:`max_lag`; with ``beyond: zero`` the pairs at +-M whose unclipped lag is beyond M
+        get no bias at all)."""
         u = times.to(torch.float64) / self.opts.frame_step
         return torch.round(u[:, None, :] - u[:, :, None]).clamp_(-self.max_lag, self.max_lag).long()
 
@@ -90,7 +116,11 @@ class RelPos(PositionalEncoding):
             # lag range of the block without forming it: round and clip are monotone
             lo = int(max(-K, round(u_min - float(ub.max()))))
             hi = int(min(K, round(u_max - float(ub.min()))))
-            index = torch.round(u[:, None, :] - ub[:, :, None]).clamp_(-K, K).sub_(lo).long()
+            lag = torch.round(u[:, None, :] - ub[:, :, None])
+            beyond = lag.abs() > K if self.zero_beyond else None
+            index = lag.clamp_(-K, K).sub_(lo).long()
+            if beyond is not None:  # lags beyond the table: column hi - lo + 1, a zero column
+                index.masked_fill_(beyond, hi - lo + 1)
             blocks.append((i0, i1, (K + lo, K + hi + 1), index[:, None]))  # B|1 x 1 x b x T
         return PosState(times=times, mask=mask, extra={"rel_blocks": blocks, "rel_regular": regular})
 
@@ -103,7 +133,8 @@ class RelPos(PositionalEncoding):
         table = self.table(layer)
         if table is None:
             return None
-        return RelBias(table * (1.0 / math.sqrt(q.shape[-1])), state.extra["rel_blocks"], self.max_lag)
+        return RelBias(table * (1.0 / math.sqrt(q.shape[-1])), state.extra["rel_blocks"], self.max_lag,
+                       self.zero_beyond)
 
 
 def _ld(W: int) -> int:
@@ -131,15 +162,18 @@ class RelBias(QBias):
     block are consecutive, so the bias is a strided view of S (:func:`_skew`) and its gradient a
     strided copy. The queries are laid out T x B x H once per call, so a block's rows are one
     contiguous (b B H) x d_head matrix and each block costs one GEMM and one copy each way. Only
-    the lags inside the context are multiplied (``A[lo'..hi']``, a slice of the table); the clipped
-    lags beyond it repeat the edge columns in the forward and are summed into them in the backward.
-    Otherwise (irregular frames): a gather / scatter-add with the block's lag index. Work buffers
-    are reused across blocks."""
+    the lags inside the context are multiplied (``A[lo'..hi']``, a slice of the table); the lags
+    beyond it repeat the edge columns in the forward and are summed into them in the backward
+    (``zero_beyond`` False, clipping), or are zero columns with no gradient (``zero_beyond``).
+    Otherwise (irregular frames): a gather / scatter-add with the block's lag index (which points
+    lags beyond the table at one extra zero column when ``zero_beyond``). Work buffers are reused
+    across blocks."""
 
-    def __init__(self, weight: Tensor, blocks: list, max_lag: int):
+    def __init__(self, weight: Tensor, blocks: list, max_lag: int, zero_beyond: bool = False):
         super().__init__(weight)
         self.blocks = blocks
         self.max_lag = max_lag
+        self.zero_beyond = zero_beyond
         self.regular = all(index is None for *_, index in blocks)
 
     def _span(self, lo: int, hi: int) -> tuple[int, int, int]:
@@ -165,10 +199,14 @@ class RelBias(QBias):
             s = buf[:, :W]
             if n == W:
                 torch.mm(qb, tab.t(), out=s)
-            else:  # lags beyond the context: the edge columns, repeated
+            else:  # lags beyond the context: zero, or the edge columns repeated
                 s[:, a : a + n] = qb @ tab.t()
-                s[:, :a] = s[:, a : a + 1]
-                s[:, a + n :] = s[:, a + n - 1 : a + n]
+                if self.zero_beyond:
+                    s[:, :a] = 0.0
+                    s[:, a + n :] = 0.0
+                else:
+                    s[:, :a] = s[:, a : a + 1]
+                    s[:, a + n :] = s[:, a + n - 1 : a + n]
             out[:, :, i0:i1] = _skew(buf.view(b, B, H, -1), T)
 
     def grad(self, grad: Tensor, q: Tensor, weight: Tensor, gq: Optional[Tensor], need_weight: bool
@@ -196,7 +234,7 @@ class RelBias(QBias):
             if gw is not None:
                 gw[r0 : r0 + n].addmm_(mid.t(), qt[rows])
             for edge, cols in ((r0, slice(0, a)), (r0 + n - 1, slice(a + n, W))):
-                if cols.stop > cols.start:  # clipped lags: their gradient goes to the edge row
+                if cols.stop > cols.start and not self.zero_beyond:  # clipped lags: gradient to the edge row
                     e = ds[:, cols].sum(-1)  # (b B H)
                     if gqt is not None:
                         gqt[rows] += e[:, None] * weight[edge]
@@ -209,16 +247,21 @@ class RelBias(QBias):
     def _fill_gather(self, out: Tensor, q: Tensor, weight: Tensor) -> None:
         B, H, T, Dh = q.shape
         for i0, i1, (r0, r1), index in self.blocks:
-            b = i1 - i0
-            s = (q[:, :, i0:i1].reshape(-1, Dh) @ weight[r0:r1].t()).view(B, H, b, -1)  # B x H x b x W_b
-            torch.gather(s, -1, index.expand(B, H, b, T), out=out[:, :, i0:i1])
+            b, W = i1 - i0, r1 - r0
+            s = q.new_empty(B * H * b, W + self.zero_beyond)  # B x H x b x W_b (+ the zero column)
+            torch.mm(q[:, :, i0:i1].reshape(-1, Dh), weight[r0:r1].t(), out=s[:, :W])
+            if self.zero_beyond:
+                s[:, W] = 0.0
+            torch.gather(s.view(B, H, b, -1), -1, index.expand(B, H, b, T), out=out[:, :, i0:i1])
 
     def _grad_gather(self, grad: Tensor, q: Tensor, weight: Tensor, gq: Optional[Tensor], gw: Optional[Tensor]) -> None:
         B, H, T, Dh = q.shape
         for i0, i1, (r0, r1), index in self.blocks:
             b, tab = i1 - i0, weight[r0:r1]
-            ds = grad.new_zeros(B, H, b, r1 - r0)
+            ds = grad.new_zeros(B, H, b, r1 - r0 + self.zero_beyond)
             ds.scatter_add_(-1, index.expand(B, H, b, T), grad[:, :, i0:i1])
+            if self.zero_beyond:  # the zero column of lags beyond the table has no gradient
+                ds = ds[..., : r1 - r0].contiguous()
             if gq is not None:  # a view: gq is contiguous
                 gq[:, :, i0:i1].view(B * H, b, Dh).baddbmm_(ds.view(B * H, b, -1), tab.expand(B * H, *tab.shape))
             if gw is not None:

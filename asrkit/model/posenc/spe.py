@@ -56,7 +56,7 @@ from asrkit.schema import ConfigError
 class SPEOptions:
     realizations: int = 32  #: R, dimension of the new queries/keys (paper: 32 or 64)
     gated: bool = True  #: gated SPE (section 2.2)
-    frame_step: float = 0.03  #: seconds per position unit
+    frame_step: float = 0.03  #: seconds per position unit (default: the encoder's frame spacing)
     eval_seed: int = 0  #: seed of the codes at evaluation (deterministic inference)
 
     def __post_init__(self):
