@@ -170,6 +170,24 @@ class Config:
     decode: DecodeConfig = field(default_factory=DecodeConfig)
 
 
+#: keys that no longer exist -> the value they held when they did nothing (old configs and
+#: checkpoints that carry that value still load; any other value is an error saying so)
+RETIRED_KEYS: dict[str, Any] = {
+    "data.speed_perturb": [],  # declared in 0.1 but never implemented
+}
+
+
+def _drop_retired(data: dict, where: str) -> dict:
+    for dotted, inert in RETIRED_KEYS.items():
+        sec, key = dotted.split(".")
+        section = data.get(sec)
+        if isinstance(section, dict) and key in section:
+            if section[key] != inert:
+                raise ConfigError(f"{where}: config key {dotted!r} was removed (it was never implemented); remove it")
+            data = {**data, sec: {k: v for k, v in section.items() if k != key}}
+    return data
+
+
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> Config:
     """Load a YAML config and apply ``key=value`` overrides: every key known, every value of its type
     (raises :class:`ConfigError` naming the file and key). What the values mean is checked by the
@@ -184,7 +202,7 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
     for key, value in parse_overrides(overrides or []):
         set_nested(data, key, value)
     try:
-        return from_dict(Config, data)
+        return from_dict(Config, _drop_retired(data, str(path or "<overrides>")))
     except ConfigError as e:
         raise ConfigError(f"{path or '<overrides>'}: {e}") from None
 
@@ -199,7 +217,7 @@ def dump_config(cfg: Config) -> str:
 
 def config_from_dict(data: dict) -> Config:
     """A Config from its dict form (e.g. a checkpoint's ``config``); keys and types checked."""
-    return from_dict(Config, data)
+    return from_dict(Config, _drop_retired(data, "config"))
 
 
 def with_overrides(cfg: Config, pairs: list[tuple[str, Any]]) -> Config:

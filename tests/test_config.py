@@ -74,3 +74,16 @@ def test_shipped_configs_validate():
         if c.name in ("slurm.yaml",):
             continue
         load_config(c)
+
+
+def test_retired_keys_of_old_checkpoints_still_load():
+    """A checkpoint of asrkit 0.1 carries data.speed_perturb: [] (never implemented, since removed):
+    it loads; a value that would have meant something is an error naming the key."""
+    from asrkit.config import config_from_dict
+
+    old = to_dict(load_config(None))
+    old["data"]["speed_perturb"] = []
+    assert to_dict(config_from_dict(old)) == to_dict(load_config(None))
+    old["data"]["speed_perturb"] = [0.9, 1.1]
+    with pytest.raises(ConfigError, match="'data.speed_perturb' was removed"):
+        config_from_dict(old)

@@ -697,10 +697,9 @@ def test_explicit_bias_attention_equals_sdpa():
 def _encoder_cases():
     """(encoder.type, pos_enc, config overrides) for every encoder type and every encoding that
     counts in frames (has a ``frame_step`` option) which that encoder can apply."""
-    from asrkit.model import ENCODERS, _load_plugins
+    from asrkit.model import ENCODERS
     from asrkit.model.conv import CONV_TYPES, _conv_pos_encodings
 
-    _load_plugins()
     stepped = [n for n, cls in POS_ENCODINGS.items() if "frame_step" in {f.name for f in dataclasses.fields(cls.Options)}]
     assert {"abspos", "relpos", "relpos_first", "shape", "spe_sine", "spe_conv"} <= set(stepped)
     cases = []

@@ -90,8 +90,8 @@ def _build(pos_enc: str, attention: str, extra: list[str]):
         layer.self_attn.dropout = 0.0  # as ours (encoder.attn_dropout=0): dropout after attention and in the FFN only
         enc = nn.TransformerEncoder(layer, N_LAYERS, enable_nested_tensor=False)
         return lambda x, lens, times: enc(x)
+    from asrkit.model import transformer
     from asrkit.training.checks import load_config
-    from asrkit.model.transformer import TransformerEncoder
 
     materialize = "!materialize" in extra  # run relpos through the materialized bias + SDPA-style path
     extra = [e for e in extra if e != "!materialize"]
@@ -100,7 +100,7 @@ def _build(pos_enc: str, attention: str, extra: list[str]):
         f"encoder.n_layers={N_LAYERS}", f"encoder.n_heads={N_HEADS}", f"encoder.d_ff={D_FF}",
         f"encoder.dropout={DROPOUT}", "encoder.layer_drop=0.0", "encoder.attn_dropout=0.0", *extra,
     ])
-    enc = TransformerEncoder(cfg.encoder, cfg.features.n_mels, cfg.frontend)
+    enc = transformer.build(cfg)
     torch.manual_seed(0)
 
     def fwd(x, lens, times):

@@ -1,69 +1,54 @@
-"""Model construction from a :class:`asrkit.config.Config`.
+"""Model construction from a :class:`asrkit.config.Config`: the registries of encoders and
+decoders (the single lists of valid ``encoder.type`` / ``decoder.type`` values), the model's
+config checks, and :func:`build_model`.
 
-Encoders and decoders register in :data:`ENCODERS` / :data:`DECODERS`; ``build_model`` and
-``validate_model_config`` are the only entry points the rest of asrkit uses.
+Adding an encoder is one module plus one line in :data:`ENCODERS`: its builder, the spacing of
+the frames its positional encoding sees (:func:`pos_frame_step`, the default of every
+``encoder.pos.frame_step`` option), its own config check and whether it reads ``encoder.options``.
 """
 from __future__ import annotations
 
-from typing import Callable
+from dataclasses import dataclass
+from typing import Callable, Optional
 
 from torch import nn
 
+from asrkit.model import conv, transformer
+from asrkit.model.asr import AsrModel
+from asrkit.model.attention import ATTENTIONS
+from asrkit.model.decoders import DECODERS, validate_decoder_config
+from asrkit.model.posenc import validate_pos_config
 from asrkit.schema import ConfigError
 
-#: encoder.type -> builder(cfg) -> encoder module with ``d_model`` and forward(feats, lens, times)
-ENCODERS: dict[str, Callable] = {}
-#: decoder.type -> builder(cfg, encoder_dim, vocab_size) -> decoder module with ``loss(enc_out, batch)``
-DECODERS: dict[str, Callable] = {}
-#: encoder.type -> frame_step(cfg): seconds between consecutive frames of the sequence that
-#: encoder's positional encoding sees (the default of every ``encoder.pos.frame_step`` option).
-#: Each encoder registers its own, next to its builder: the one place that knows where it applies
-#: the encoding (:func:`pos_frame_step`).
-FRAME_STEPS: dict[str, Callable] = {}
-#: extra validators, called with the whole config
-VALIDATORS: list[Callable] = []
+
+@dataclass(frozen=True)
+class EncoderType:
+    build: Callable  #: cfg -> encoder module with ``d_model`` and forward(feats, lens, times)
+    frame_step: Callable  #: cfg -> seconds between the frames its positional encoding sees
+    check: Optional[Callable] = None  #: cfg -> None, raises ConfigError (its own sections / options)
+    has_options: bool = False  #: whether it reads ``encoder.options``
+
+
+#: encoder.type -> what it is
+ENCODERS: dict[str, EncoderType] = {
+    "transformer": EncoderType(transformer.build, transformer.frame_step),
+    "conv": EncoderType(conv.build_conv, conv.frame_step, conv.validate_conv_config, has_options=True),
+    "gated_conv": EncoderType(conv.build_gated_conv, conv.frame_step, conv.validate_conv_config, has_options=True),
+}
 
 
 def pos_frame_step(cfg) -> float:
     """Seconds per frame where ``cfg.encoder`` applies its positional encoding: the Transformer
     after its strided frontend (``features.hop x frontend.stride``), the conv encoders on the
     10 ms frames before any time pooling (``features.hop``)."""
-    _load_plugins()
-    return FRAME_STEPS[cfg.encoder.type](cfg)
-
-
-def _transformer(cfg) -> nn.Module:
-    from asrkit.model.transformer import TransformerEncoder
-
-    return TransformerEncoder(cfg.encoder, cfg.features.n_mels, cfg.frontend, frame_step=pos_frame_step(cfg))
-
-
-ENCODERS["transformer"] = _transformer
-FRAME_STEPS["transformer"] = lambda cfg: cfg.features.hop * cfg.frontend.stride  # after the strided frontend
-
-
-def _load_plugins() -> None:
-    """Import optional model modules that register more encoders/decoders."""
-    import importlib
-
-    for mod in ("asrkit.model.conv", "asrkit.model.decoders"):
-        try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError as e:
-            if e.name != mod:
-                raise
+    return ENCODERS[cfg.encoder.type].frame_step(cfg)
 
 
 def validate_model_config(cfg) -> None:
     """The ``frontend``, ``encoder`` and ``decoder`` sections. Raises ConfigError naming the key."""
-    from asrkit.model.attention import ATTENTIONS
-    from asrkit.model.posenc import validate_pos_config
-    from asrkit.model.transformer import ACTIVATIONS
-
-    _load_plugins()
     e = cfg.encoder
     for key, value, valid in (("encoder.type", e.type, ENCODERS), ("decoder.type", cfg.decoder.type, ["none", *DECODERS]),
-                              ("encoder.activation", e.activation, ACTIVATIONS),
+                              ("encoder.activation", e.activation, transformer.ACTIVATIONS),
                               ("encoder.attention", e.attention, ATTENTIONS)):
         if value not in valid:
             raise ConfigError(f"config key {key!r}: invalid value {value!r}; valid: {', '.join(valid)}")
@@ -75,16 +60,19 @@ def validate_model_config(cfg) -> None:
             raise ConfigError(f"config key {key!r}={val} must be in [0, 1)")
     if cfg.frontend.kernel < 1 or cfg.frontend.stride < 1:
         raise ConfigError("frontend.kernel and frontend.stride must be >= 1")
-    validate_pos_config(cfg.encoder, pos_frame_step(cfg))
-    for v in VALIDATORS:
-        v(cfg)
+    kind = ENCODERS[e.type]
+    if e.options and not kind.has_options:
+        with_options = ", ".join(n for n, k in ENCODERS.items() if k.has_options)
+        raise ConfigError(f"encoder.options ({', '.join(map(str, e.options))}) is only used by the conv encoders "
+                          f"({with_options}), not by encoder.type={e.type!r}; remove it")
+    validate_pos_config(e, pos_frame_step(cfg))
+    if kind.check is not None:
+        kind.check(cfg)
+    validate_decoder_config(cfg)
 
 
 def build_model(cfg, vocab_size: int) -> nn.Module:
-    from asrkit.model.asr import AsrModel
-
-    _load_plugins()
-    encoder = ENCODERS[cfg.encoder.type](cfg)
+    encoder = ENCODERS[cfg.encoder.type].build(cfg)
     decoder = None
     if cfg.decoder.type != "none":
         decoder = DECODERS[cfg.decoder.type](cfg, encoder.d_model, vocab_size)

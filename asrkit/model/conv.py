@@ -50,7 +50,7 @@ The positional encoding sees the frontend output (``channels x n_mels / 4`` dims
 ``concat_sin``'s ``encoder.pos.omega0: 100`` reproduces the paper's Eq. 6, which is written per
 10 ms frame index i (``sin(i / 10000^(2k/D))`` = ``sin(100 t / 10000^(2k/D))`` with t in seconds),
 and the ``frame_step`` of encodings that count frames (``abspos``, ``shape``) is ``features.hop``
-(registered in :data:`asrkit.model.FRAME_STEPS`).
+(:func:`frame_step`).
 
 Padding: padded frames are set to zero before every convolution and every pooling, so a padded
 batch gives exactly the outputs of each utterance alone. Pooling is "same" (ceil) pooling by
@@ -69,7 +69,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from asrkit.model import ENCODERS, FRAME_STEPS, VALIDATORS, pos_frame_step
 from asrkit.model.asr import NoFramesError
 from asrkit.model.posenc import POS_ENCODINGS, build_pos_encoding
 from asrkit.model.posenc.base import PositionalEncoding
@@ -226,7 +225,7 @@ class ConvEncoder(nn.Module):
         self.opts = o
         d = enc.d_model
         self.frontend = Frontend2d(cfg.features.n_mels, o.frontend_channels, o.frontend_freq_pool, o.frontend_activation)
-        self.pos = build_pos_encoding(enc, d_model=self.frontend.out_dim, frame_step=pos_frame_step(cfg))
+        self.pos = build_pos_encoding(enc, d_model=self.frontend.out_dim, frame_step=frame_step(cfg))
         d_in = self.pos.output_dim(self.frontend.out_dim)
         # projected: Linear -> D, residual groups 0-1, 2-3, ...; published: layer 0 takes the d_in
         # channels (its pointwise layer maps them to D), no residual around it, groups 1-2, 3-4, ...
@@ -299,14 +298,8 @@ def _conv_pos_encodings() -> list[str]:
 
 
 def validate_conv_config(cfg) -> None:
-    """VALIDATORS hook: ``encoder.options`` and what a conv encoder needs from the rest of the config."""
-
+    """``encoder.options`` and what a conv encoder needs from the rest of the config."""
     enc = cfg.encoder
-    if enc.type not in CONV_TYPES:
-        if enc.options:
-            raise ConfigError(f"encoder.options ({', '.join(map(str, enc.options))}) is only used by the conv "
-                              f"encoders ({', '.join(CONV_TYPES)}), not by encoder.type={enc.type!r}; remove it")
-        return
     o = conv_options(enc)
     if enc.pos_enc not in _conv_pos_encodings():
         raise ConfigError(f"encoder.pos_enc={enc.pos_enc!r} acts inside attention layers, which "
@@ -322,7 +315,7 @@ def validate_conv_config(cfg) -> None:
             f"reduction, encoder.options.pool_size ** pool_layers = {o.pool_size} ** {o.pool_layers} = {red} (the data "
             f"pipeline uses frontend.stride to drop utterances too short for CTC); set frontend.stride={red}")
     d_front = o.frontend_channels * n_freq
-    pos = build_pos_encoding(enc, d_model=d_front, frame_step=pos_frame_step(cfg))
+    pos = build_pos_encoding(enc, d_model=d_front, frame_step=frame_step(cfg))
     try:
         x = torch.zeros(1, 2, d_front)
         t, m = torch.tensor([[0.0, cfg.features.hop]]), torch.ones(1, 2, dtype=torch.bool)
@@ -332,17 +325,14 @@ def validate_conv_config(cfg) -> None:
                           f"{o.frontend_channels} channels x {n_freq} bins = {d_front} dims: {e}") from None
 
 
-def _conv(cfg) -> nn.Module:
+def frame_step(cfg) -> float:
+    """Seconds between the frames the positional encoding sees: the 10 ms frames, before any time pooling."""
+    return cfg.features.hop
+
+
+def build_conv(cfg) -> nn.Module:
     return ConvEncoder(cfg, gated=False)
 
 
-def _gated_conv(cfg) -> nn.Module:
+def build_gated_conv(cfg) -> nn.Module:
     return ConvEncoder(cfg, gated=True)
-
-
-ENCODERS["conv"] = _conv
-ENCODERS["gated_conv"] = _gated_conv
-# the positional encoding sees the 10 ms frames, before any time pooling
-FRAME_STEPS["conv"] = FRAME_STEPS["gated_conv"] = lambda cfg: cfg.features.hop
-if validate_conv_config not in VALIDATORS:
-    VALIDATORS.append(validate_conv_config)

@@ -17,9 +17,10 @@ both (``search_*``, :class:`asrkit.model.seq2seq.SearchKeys`). This module is th
 """
 from __future__ import annotations
 
+from typing import Callable
+
 from torch import nn
 
-from asrkit.model import DECODERS, VALIDATORS
 from asrkit.model.lstm_decoder import LstmDecoder, LstmDecoderOptions
 from asrkit.model.transformer_decoder import TransformerDecoder, TransformerDecoderOptions
 from asrkit.schema import ConfigError, from_dict
@@ -59,7 +60,7 @@ def decoder_options(dec_cfg):
 
 
 def validate_decoder_config(cfg) -> None:
-    """VALIDATORS hook: decoder options and loss weights."""
+    """The ``decoder`` section: its options and the loss weights."""
     d = cfg.decoder
     if not 0.0 <= d.ctc_weight <= 1.0:
         raise ConfigError(f"decoder.ctc_weight={d.ctc_weight} must be in [0, 1]")
@@ -67,8 +68,6 @@ def validate_decoder_config(cfg) -> None:
         if d.options:
             raise ConfigError(f"decoder.options ({', '.join(map(str, d.options))}) given but decoder.type=none")
         return
-    if d.type not in OPTIONS:
-        return  # another module's decoder
     decoder_options(d)
     if d.ctc_weight >= 1.0:
         raise ConfigError(f"decoder.ctc_weight={d.ctc_weight}: with decoder.type={d.type!r} the decoder's loss has weight "
@@ -83,9 +82,9 @@ def _transformer(cfg, encoder_dim: int, vocab_size: int) -> nn.Module:
     return TransformerDecoder(encoder_dim, vocab_size, decoder_options(cfg.decoder))
 
 
-DECODERS["lstm"] = _lstm
-DECODERS["transformer"] = _transformer
-if validate_decoder_config not in VALIDATORS:
-    VALIDATORS.append(validate_decoder_config)
+#: decoder.type -> builder(cfg, encoder_dim, vocab_size) -> decoder module with ``loss(enc_out, batch)``
+#: (``none``, CTC only, is not a decoder)
+DECODERS: dict[str, Callable] = {"lstm": _lstm, "transformer": _transformer}
 
-__all__ = ["LstmDecoderOptions", "TransformerDecoderOptions", "OPTIONS", "decoder_options", "validate_decoder_config"]
+__all__ = ["DECODERS", "LstmDecoderOptions", "TransformerDecoderOptions", "OPTIONS", "decoder_options",
+           "validate_decoder_config"]

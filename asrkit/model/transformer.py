@@ -85,3 +85,12 @@ class TransformerEncoder(nn.Module):
                 x = layer(x, key_mask, self.pos, state, i)
             x = self.pos.after_layer(i, x, state)
         return self.final_norm(x), lengths, mask, times
+
+
+def frame_step(cfg) -> float:
+    """Seconds between the frames the positional encoding sees: after the strided frontend."""
+    return cfg.features.hop * cfg.frontend.stride
+
+
+def build(cfg) -> TransformerEncoder:
+    return TransformerEncoder(cfg.encoder, cfg.features.n_mels, cfg.frontend, frame_step=frame_step(cfg))
