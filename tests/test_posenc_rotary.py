@@ -474,3 +474,31 @@ def test_every_relative_frame_gap_uses_float64_times():
     d = pos.begin(None, times, mask).extra["alibi_dist"][0]
     ref = (times[0, None, :] - times[0, :, None]).abs()
     np.testing.assert_allclose(d.numpy(), ref.numpy(), rtol=1e-6, atol=1e-9)
+
+
+def test_fused_attention_keeps_no_subnormal_probabilities():
+    """ALiBi's far keys give probabilities in float32's subnormal range, which x86 multiplies ~100x
+    slower; the fused attention sets those (< 1e-30) to 0, which changes no float32 result."""
+    torch.manual_seed(0)
+    pos = make_pos("alibi")  # 2 heads: 2^-4 and 2^-8 per frame; head 0 reaches -87 (exp subnormal) at 1392 frames
+    T = 1600
+    times = torch.arange(T).float()[None] * 0.03
+    state = pos.begin(None, times, torch.ones(1, T, dtype=torch.bool))
+    q, k, v = (torch.randn(1, HEADS, T, DH, requires_grad=True) for _ in range(3))
+    bias = pos.attn_bias(0, q, state)
+    y = attention_qbias(q, k, v, bias)
+    p = y.grad_fn.saved_tensors[4]
+    ref_p = (q @ k.transpose(-1, -2) / math.sqrt(DH) + bias.materialize(q)).softmax(-1)
+    tiny = torch.finfo(torch.float32).tiny
+    assert ((ref_p > 0) & (ref_p < tiny)).sum() > 1000  # the case arises
+    assert not ((p > 0) & (p < 1e-30)).any()
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.materialize(q))
+    torch.testing.assert_close(y, ref)
+    # the backward writes the score gradient over p: none of it subnormal either, even with gradients
+    # as small as a mean-reduced loss gives (where p * (dP - rowsum) falls below float32's normals)
+    g = 1e-11 * torch.randn_like(y)
+    y.backward(g, retain_graph=True)
+    ds = p  # the same buffer, now holding the score gradient
+    assert ds.abs().max() > 0 and not ((ds != 0) & (ds.abs() < tiny)).any()
+    for a, b in zip((q.grad, k.grad, v.grad), torch.autograd.grad(ref, (q, k, v), g)):
+        torch.testing.assert_close(a, b, atol=1e-16, rtol=1e-4)
