@@ -62,7 +62,8 @@ def irregular_batch(B=3, T=40, seed=0, dtype=torch.float32):
     """Per-row hops and jitter (padding-free pipeline), rows of different lengths."""
     g = torch.Generator().manual_seed(seed)
     hops = torch.tensor([0.03, 0.041, 0.022, 0.035][:B], dtype=torch.float64)[:, None]
-    times = torch.arange(T, dtype=torch.float64)[None] * hops + 0.01 * torch.rand(B, T, generator=g, dtype=torch.float64)
+    jitter = 0.01 * torch.rand(B, T, generator=g, dtype=torch.float64)  # < every hop: order kept
+    times = torch.arange(T, dtype=torch.float64)[None] * hops + jitter
     times = (times + torch.tensor([0.0, 3.7, 125.0, 11.0][:B], dtype=torch.float64)[:, None]).to(dtype)
     lengths = torch.tensor([T, T * 3 // 4, T // 3, T // 2][:B])
     mask = torch.arange(T)[None] < lengths[:, None]

@@ -21,10 +21,11 @@ rope            rotary q/k by frame time (s), every layer   softmax    begin, qk
 alibi           bias -m_h |t_i - t_j| (s), every layer      softmax    begin, attn_bias
 =============== =========================================== ========== ==========================
 
-Durations in options are seconds; ``frame_step`` converts them to encoder frames. The Transformer
-encoder sets it to ``features.hop x frontend.stride`` unless ``encoder.pos.frame_step`` is given.
 ``rope`` and ``alibi`` take ``encoder.pos.augment: cape`` (CAPE's local shifts and global scaling of
 the frame times at training; :mod:`asrkit.model.posenc.rope`).
+
+Durations in options are seconds; ``frame_step`` converts them to encoder frames. The Transformer
+encoder sets it to ``features.hop x frontend.stride`` unless ``encoder.pos.frame_step`` is given.
 """
 from __future__ import annotations
 

@@ -3,12 +3,11 @@
 Every softmax attention layer adds ``-m_h |t_i - t_j|`` to the logit of query frame i and key frame
 j in head h: a relative encoding of the frame *times*, so irregular times (padding-free pipeline)
 and any hop are handled exactly. The paper's attention is causal; an encoder attends both ways,
-hence the absolute distance (the symmetric form the ALiBi authors suggest for bidirectional
-models).
+hence the absolute distance.
 
 Slopes: by default the paper's geometric sequence for H heads, ``m_h = 2^(-8h/H)`` per token for
-h = 1..H when H is a power of two (for other H, the powers of two below H, then every other slope
-of the sequence for twice that many heads, as the official code does), divided by ``frame_step``
+h = 1..H when H is a power of two (for other H: those of the largest power of two p below H, then
+every other slope of the sequence for 2p heads, as the official code does), divided by ``frame_step``
 so that one frame of the encoder (30 ms by default: 10 ms hop x stride 3) counts as one token:
 m_h per second = m_h per frame / frame_step. ``slopes`` sets them explicitly (per second, one per
 head). They are fixed (a buffer, as in the paper) unless ``learn_slopes`` is true: then they are
@@ -127,4 +126,4 @@ class AlibiBias(QBias):
     def materialize(self, q: Tensor) -> Tensor:
         """The bias, B|1 x H x T x T (broadcast over the batch when the batch shares its times);
         differentiable w.r.t. the slopes only."""
-        return self.dist[:, None].to(q.dtype) * self.weight.to(q.dtype).neg()[:, None, None]
+        return (self.dist[:, None] * self.weight.neg()[:, None, None]).to(q.dtype)  # products in float32 at least

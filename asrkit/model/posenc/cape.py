@@ -17,7 +17,8 @@ shift "is set to its maximum to preserve the frames order", i.e. half the spacin
 valid frames of sequence b (= ``frame_step`` = 30 ms for a regular 10 ms x stride-3 pipeline, smaller
 or larger in the padding-free pipeline, whose hop varies per utterance). With |eps| < gap / 2 and
 lambda > 0, frame order is always kept. ``max_scale`` (lambda_max) is 1.1 for WSJ (the default)
-and 2 for TED-LIUM in the paper; 1 disables scaling.
+and 2 for TED-LIUM in the paper; 1 disables scaling. Steps 1-4 are :func:`cape_draw` and
+:func:`cape_augment`, which ``rope`` and ``alibi`` also use (``encoder.pos.augment: cape``).
 
 SHAPE: positions ``t + k * frame_step`` with one integer k ~ U{0, ..., max_shift} per sequence at
 training (max_shift = K = 500 in the paper), k = 0 (plain ``sinpos``) at inference.

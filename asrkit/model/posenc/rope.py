@@ -94,7 +94,7 @@ class Rope(PositionalEncoding):
     @dataclass
     class Options(AugmentOptions):
         omega0: float = 30.0  #: w_k = omega0 * base^(-2k / n_rot) rad/s (sinpos's default)
-        base: float = 10000.0  #: ratio of the fastest to the slowest frequency
+        base: float = 10000.0  #: the slowest frequency is about omega0 / base
         fraction: float = 1.0  #: share of each head's features rotated (partial rotation if < 1)
 
         def __post_init__(self):
