@@ -433,6 +433,8 @@ def test_cape_positions_through_the_shared_function_are_capes():
 @pytest.mark.parametrize("override,match", [
     (["encoder.pos_enc=rope", "encoder.attention=linear_relu"], "needs softmax"),
     (["encoder.pos_enc=alibi", "encoder.attention=linear_favor"], "needs softmax"),
+    (["encoder.pos_enc=rope", "encoder.type=conv", "encoder.n_layers=15", "frontend.stride=8"],
+     "acts inside attention layers"),
     (["encoder.pos_enc=rope", "encoder.pos.max_global_shift=30"], "valid keys: augment"),
     (["encoder.pos_enc=alibi", "encoder.pos.omega0=30"], "valid keys"),
     (["encoder.pos_enc=rope", "encoder.pos.augment=shape"], "valid values are none, cape"),
