@@ -74,7 +74,7 @@ ALL = list(POS_ENCODINGS)
 
 def test_registry_has_every_encoding():
     assert set(ALL) == {"nopos", "sinpos", "abspos", "relpos", "relpos_first", "cape", "shape", "cpe",
-                        "spe_sine", "spe_conv", "concat_sin"}
+                        "spe_sine", "spe_conv", "concat_sin", "rope", "alibi"}
     for name, cls in POS_ENCODINGS.items():
         assert cls.name == name and dataclasses.is_dataclass(cls.Options)
         cls.Options()  # every option has a default
@@ -150,9 +150,9 @@ def test_train_mode_bf16_backward(name):
 
 def test_unknown_encoding_fails_at_config_time_listing_valid_names():
     with pytest.raises(ConfigError) as e:
-        load_config(None, ["encoder.pos_enc=rope"])
+        load_config(None, ["encoder.pos_enc=xpos"])
     msg = str(e.value)
-    assert "rope" in msg and all(n in msg for n in ALL)
+    assert "xpos" in msg and all(n in msg for n in ALL)
 
 
 def test_unknown_option_fails_listing_valid_keys():

@@ -17,7 +17,12 @@ cpe             PEG depthwise conv after layer 0            any        embed, af
 spe_sine        gated sinusoidal SPE                        linear     begin, qk
 spe_conv        gated convolutional SPE                     linear     begin, qk
 concat_sin      sinusoid concatenated (Park & Sung)         any        embed, output_dim
+rope            rotary q/k by frame time (s), every layer   softmax    begin, qk
+alibi           bias -m_h |t_i - t_j| (s), every layer      softmax    begin, attn_bias
 =============== =========================================== ========== ==========================
+
+``rope`` and ``alibi`` take ``encoder.pos.augment: cape`` (CAPE's local shifts and global scaling of
+the frame times at training; :mod:`asrkit.model.posenc.rope`).
 
 Durations in options are seconds; ``frame_step`` converts them to frames of the sequence the
 encoding sees. Its default comes from the encoder that applies the encoding
@@ -31,18 +36,21 @@ import dataclasses
 from typing import Any
 
 from asrkit.model.posenc.abspos import AbsPos
+from asrkit.model.posenc.alibi import Alibi
 from asrkit.model.posenc.base import NoPos, PositionalEncoding, PosState, SinPos, sinusoid
 from asrkit.model.posenc.cape import Cape, Shape
 from asrkit.model.posenc.concat import ConcatSin
 from asrkit.model.posenc.cpe import CPE
 from asrkit.model.posenc.relpos import RelPos, RelPosFirst
+from asrkit.model.posenc.rope import Rope
 from asrkit.model.posenc.spe import ConvSPE, SineSPE
 from asrkit.schema import ConfigError, from_dict
 
 #: config value -> class. Every encoding registers here.
 POS_ENCODINGS: dict[str, type[PositionalEncoding]] = {
     cls.name: cls
-    for cls in (NoPos, SinPos, AbsPos, RelPos, RelPosFirst, Cape, Shape, CPE, SineSPE, ConvSPE, ConcatSin)
+    for cls in (NoPos, SinPos, AbsPos, RelPos, RelPosFirst, Cape, Shape, CPE, SineSPE, ConvSPE, ConcatSin,
+                Rope, Alibi)
 }
 
 
@@ -107,6 +115,8 @@ __all__ = [
     "SineSPE",
     "ConvSPE",
     "ConcatSin",
+    "Rope",
+    "Alibi",
     "sinusoid",
     "build_pos_encoding",
     "validate_pos_config",

@@ -17,7 +17,8 @@ shift "is set to its maximum to preserve the frames order", i.e. half the spacin
 valid frames of sequence b (= ``frame_step`` = 30 ms for a regular 10 ms x stride-3 pipeline, smaller
 or larger in the padding-free pipeline, whose hop varies per utterance). With |eps| < gap / 2 and
 lambda > 0, frame order is always kept. ``max_scale`` (lambda_max) is 1.1 for WSJ (the default)
-and 2 for TED-LIUM in the paper; 1 disables scaling.
+and 2 for TED-LIUM in the paper; 1 disables scaling. Steps 1-4 are :func:`cape_draw` and
+:func:`cape_augment`, which ``rope`` and ``alibi`` also use (``encoder.pos.augment: cape``).
 
 SHAPE: positions ``t + k * frame_step`` with one integer k ~ U{0, ..., max_shift} per sequence at
 training (max_shift = K = 500 in the paper), k = ``eval_shift`` at inference: 0 (plain ``sinpos``),
@@ -39,18 +40,43 @@ from asrkit.model.posenc.base import PosState, SinPos
 from asrkit.schema import ConfigError
 
 
-def masked_mean(times: Tensor, mask: Tensor) -> Tensor:
-    """Mean of ``times`` over valid frames, B x 1 (float32; padded values never enter)."""
-    t = torch.where(mask, times.float(), 0.0)
-    return t.sum(1, keepdim=True) / mask.sum(1, keepdim=True).clamp_min(1)
-
-
 def min_gap(times: Tensor, mask: Tensor) -> Tensor:
     """Smallest spacing between consecutive valid frames of each sequence, B x 1 (inf if < 2 frames)."""
     t = times.float()
     gaps = t[:, 1:] - t[:, :-1]
     valid = mask[:, 1:] & mask[:, :-1]
     return torch.where(valid, gaps, math.inf).amin(1, keepdim=True) if t.shape[1] > 1 else torch.full_like(t[:, :1], math.inf)
+
+
+def cape_draw(times: Tensor, mask: Tensor, max_global_shift: float, max_local_shift: Optional[float],
+              max_scale: float) -> tuple[Tensor, Tensor, Tensor]:
+    """CAPE's random draws for one forward: (Delta B x 1, eps B x T, log lambda B x 1), float32
+    seconds, from torch's global RNG (in that order). ``max_local_shift`` None = half the smallest
+    spacing of each sequence's valid frames (see the module doc)."""
+    B, T = times.shape
+    dev = times.device
+    half_gap = 0.5 * min_gap(times, mask)
+    e = half_gap if max_local_shift is None else half_gap.clamp_max(max_local_shift)
+    e = torch.where(torch.isfinite(e), e, 0.0 if max_local_shift is None else max_local_shift)
+    u = lambda *shape: 2 * torch.rand(*shape, device=dev) - 1  # noqa: E731  U(-1, 1)
+    delta = max_global_shift * u(B, 1)
+    eps = e * u(B, T)
+    log_lam = math.log(max_scale) * u(B, 1)
+    return delta, eps, log_lam
+
+
+def cape_augment(times: Tensor, mask: Tensor, draws: Optional[tuple[Tensor, Tensor, Tensor]] = None,
+                 mean_normalize: bool = True) -> Tensor:
+    """CAPE's positions from ``times`` (B x T seconds, computed in their dtype; padding -> 0 before
+    the mean): mean-normalized if asked, then with ``draws`` (:func:`cape_draw`) shifted and scaled
+    as in appendix A, ``(t - mean + Delta + eps) * lambda``; ``draws`` None = evaluation."""
+    pos = torch.where(mask, times, 0.0)
+    if mean_normalize:
+        pos = pos - pos.sum(1, keepdim=True) / mask.sum(1, keepdim=True).clamp_min(1)
+    if draws is not None:
+        delta, eps, log_lam = draws
+        pos = (pos + delta + eps) * torch.exp(log_lam)
+    return pos
 
 
 class Cape(SinPos):
@@ -72,28 +98,13 @@ class Cape(SinPos):
 
     def draw(self, times: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """The random augmentation of one forward: (Delta B x 1, eps B x T, log lambda B x 1), in seconds."""
-        B, T = times.shape
-        dev = times.device
         o = self.opts
-        half_gap = 0.5 * min_gap(times, mask)
-        e = half_gap if o.max_local_shift is None else half_gap.clamp_max(o.max_local_shift)
-        e = torch.where(torch.isfinite(e), e, 0.0 if o.max_local_shift is None else o.max_local_shift)
-        u = lambda *shape: 2 * torch.rand(*shape, device=dev) - 1  # noqa: E731  U(-1, 1)
-        delta = o.max_global_shift * u(B, 1)
-        eps = e * u(B, T)
-        log_lam = math.log(o.max_scale) * u(B, 1)
-        return delta, eps, log_lam
+        return cape_draw(times, mask, o.max_global_shift, o.max_local_shift, o.max_scale)
 
     def augment(self, times: Tensor, mask: Tensor, draws: Optional[tuple[Tensor, Tensor, Tensor]] = None) -> Tensor:
         """Positions (B x T, float32 seconds) to encode. ``draws`` = (Delta, eps, log lambda) applies
         the training augmentation (appendix A order); None = evaluation (mean-normalization only)."""
-        pos = torch.where(mask, times.float(), 0.0)
-        if self.opts.mean_normalize:
-            pos = pos - masked_mean(times, mask)
-        if draws is not None:
-            delta, eps, log_lam = draws
-            pos = (pos + delta + eps) * torch.exp(log_lam)
-        return pos
+        return cape_augment(times.float(), mask, draws, self.opts.mean_normalize)
 
     def begin(self, x: Tensor, times: Tensor, mask: Tensor) -> PosState:
         draws = self.draw(times, mask) if self.training else None

@@ -7,9 +7,10 @@
 # Every model gets the same number of optimizer steps (not wall time), so the comparison does not
 # depend on machine load; --parallel N trains N models at once (one thread each).
 #   ./run_pos_compare.sh [--encodings "nopos sinpos cape"] [--steps 1200] [--parallel 2] [--windows "10 20 30 45"]
+# NAME+cape trains NAME with CAPE's augmentation of the frame times (encoder.pos.augment=cape; rope, alibi).
 set -euo pipefail
 cd "$(dirname "$0")"
-encodings="nopos abspos sinpos relpos relpos_first cape shape cpe spe_sine spe_conv concat_sin"
+encodings="nopos abspos sinpos relpos relpos_first cape shape cpe spe_sine spe_conv concat_sin rope rope+cape alibi alibi+cape"
 steps=1200          # training budget per model (train.max_steps)
 parallel=1          # models trained at once
 train_config=conf/train.yaml
@@ -31,8 +32,8 @@ done
 tags=()
 train_one() {
     local enc=$1 threads=$2 args
-    args="encoder.pos_enc=$enc train.max_steps=$steps train.max_minutes=0 train.threads=$threads"
-    case "$enc" in spe_*) args="$args encoder.attention=linear_relu" ;; esac
+    args="encoder.pos_enc=${enc%+cape} train.max_steps=$steps train.max_minutes=0 train.threads=$threads"
+    case "$enc" in spe_*) args="$args encoder.attention=linear_relu" ;; *+cape) args="$args encoder.pos.augment=cape" ;; esac
     ./run.sh --stage 4 --stop_stage 6 --tag "pos_${enc}" --train_config "$train_config" --nj 1 \
         --test_sets "test test-longform$window_sets" --train_args "$args $extra_args" > "exp/pos_${enc}.log" 2>&1 \
         || { echo "pos_${enc} failed: see exp/pos_${enc}.log" >&2; return 1; }
