@@ -23,15 +23,94 @@ def test_cmvn_per_utterance():
     assert torch.allclose(g.std(0, unbiased=False), torch.ones(80), atol=1e-3)
 
 
-def test_spec_augment_limits_and_determinism():
+def _runs(mask: torch.Tensor) -> list[int]:
+    """Lengths of the runs of True in a 1-D bool tensor."""
+    out, n = [], 0
+    for m in mask.tolist() + [False]:
+        if m:
+            n += 1
+        elif n:
+            out.append(n)
+            n = 0
+    return out
+
+
+def _masks(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Masked frames and bins of an augmented all-ones input (a mask zeroes whole rows / columns)."""
+    zero = a == 0
+    rows, cols = zero.all(1), zero.all(0)
+    assert torch.equal(zero, rows[:, None] | cols[None, :])  # nothing else is zeroed
+    assert bool((a[~zero] == 1).all())  # and nothing else changes
+    return rows, cols
+
+
+def test_spec_augment_one_mask_widths_cover_the_configured_range():
+    """One frequency mask: widths uniform over 0..freq_width, anywhere in the band (both edges
+    reached); one time mask: widths 0..min(time_width, time_ratio x T)."""
+    fw, tw = set(), {300: set(), 1000: set()}
+    first = last = 0
+    for seed in range(400):
+        _, cols = _masks(spec_augment(torch.ones(20, 80), torch.Generator().manual_seed(seed), 1, 30, 0))
+        fw.add(int(cols.sum()))
+        first, last = first + bool(cols[0]), last + bool(cols[-1])
+        assert len(_runs(cols)) <= 1
+        for T in tw:
+            rows, _ = _masks(spec_augment(torch.ones(T, 4), torch.Generator().manual_seed(seed), 0, 30, 1, 50, 0.1))
+            tw[T].add(int(rows.sum()))
+    assert fw == set(range(31))
+    assert first > 0 and last > 0
+    assert tw[300] <= set(range(31)) and max(tw[300]) == 30 and min(tw[300]) == 0  # 10% of 300
+    assert tw[1000] <= set(range(51)) and max(tw[1000]) == 50 and len(tw[1000]) > 40  # time_width
+
+
+def test_spec_augment_default_masks_happen_within_limits():
+    """The defaults (2 frequency masks <= 30 bins, 10 time masks <= min(50, 10% of T) frames) mask
+    every utterance long enough, never more than configured, and the separate masks are seen."""
+    n_freq_runs, n_time_runs, widest = set(), set(), 0
+    for seed in range(100):
+        rows, cols = _masks(spec_augment(torch.ones(3000, 80), torch.Generator().manual_seed(seed)))
+        fr, tr = _runs(cols), _runs(rows)
+        n_freq_runs.add(len(fr))
+        n_time_runs.add(len(tr))
+        assert cols.sum() <= 2 * 30 and all(r <= 60 for r in fr)
+        assert rows.any() and rows.sum() <= 10 * 50
+        widest = max([widest, *tr])
+    assert max(n_freq_runs) == 2 and max(n_time_runs) == 10
+    assert 50 <= widest <= 500
+    assert sum(len(_runs(_masks(spec_augment(torch.ones(300, 80), torch.Generator().manual_seed(s)))[1])) > 0
+               for s in range(100)) > 90  # a frequency mask of width 0 is rare (1/31 each)
+
+
+def test_spec_augment_deterministic_and_short_utterances():
     f = torch.ones(300, 80)
     a = spec_augment(f, torch.Generator().manual_seed(1))
-    b = spec_augment(f, torch.Generator().manual_seed(1))
-    assert torch.equal(a, b)
-    masked_rows = (a == 0).all(1)
-    masked_cols = (a == 0).all(0)
-    assert masked_cols.sum() <= 2 * 30
-    # each time mask is at most min(50, 10% of 300) = 30 frames; 10 masks
-    assert masked_rows.sum() <= 10 * 30
-    short = spec_augment(torch.ones(5, 80), torch.Generator().manual_seed(0))
-    assert (short == 0).all(0).sum() <= 60 and not (short == 0).all(1).any()  # 10% of 5 frames -> no time mask
+    assert torch.equal(a, spec_augment(f, torch.Generator().manual_seed(1)))
+    assert not torch.equal(a, spec_augment(f, torch.Generator().manual_seed(2)))
+    assert torch.equal(f, torch.ones(300, 80))  # the input is not modified
+    # 10% of 5 frames is 0: no time mask, frequency masks still there
+    rows, cols = _masks(spec_augment(torch.ones(5, 80), torch.Generator().manual_seed(0)))
+    assert not rows.any() and 0 < cols.sum() <= 60
+
+
+def test_dataset_applies_spec_augment_only_when_enabled(monkeypatch):
+    """The training dataset's features are masked with specaug enabled (per utterance and epoch)
+    and untouched with it disabled."""
+    from types import SimpleNamespace
+
+    from asrkit.config import SpecAugConfig, load_config
+    from asrkit.data import dataset as ds_mod
+
+    x = np.random.RandomState(0).randn(48000).astype(np.float32) * 0.1
+    monkeypatch.setattr(ds_mod, "load_cut_audio", lambda cut: x)
+    cut = SimpleNamespace(id="utt1", sampling_rate=16000)
+    fc = load_config(None, []).features
+    plain, _ = ds_mod.AsrDataset(None, fc, SpecAugConfig(enabled=False)).featurize(cut)
+    ds = ds_mod.AsrDataset(None, fc, SpecAugConfig())
+    aug, _ = ds.featurize(cut)
+    assert not (plain == 0).all(0).any() and not (plain == 0).all(1).any()
+    rows, cols = (aug == 0).all(1), (aug == 0).all(0)
+    assert rows.any() and cols.any()
+    keep = ~rows[:, None] & ~cols[None, :]
+    torch.testing.assert_close(aug[keep], plain[keep])
+    ds.set_epoch(1)
+    assert not torch.equal(ds.featurize(cut)[0], aug)  # new masks every epoch
