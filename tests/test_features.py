@@ -16,6 +16,69 @@ def test_fbank_shapes_for_hops(hop, n):
     assert abs(f.shape[0] - n / 16000 / hop) <= 1
 
 
+# -- values against reference extractors ---------------------------------------------------------
+# kaldi-native-fbank (the C++ Kaldi fbank that sherpa-onnx uses) with Kaldi's conventions: samples in
+# the int16 range (what Kaldi reads from a wav file), 25 ms povey window, snip_edges=false, no
+# dither. The mel band is 20 Hz .. Nyquist - 400 Hz (Lhotse's default, which asrkit keeps; Kaldi's
+# own default upper edge is the Nyquist frequency).
+def _signal(n: int, sr: int) -> np.ndarray:
+    """A chirp in noise with a stretch of digital silence (log-energy floor) and a loud click."""
+    t = np.arange(n) / sr
+    x = 0.3 * np.sin(2 * np.pi * (100 + 0.25 * sr * t / t[-1]) * t) + 0.03 * np.random.RandomState(0).randn(n)
+    x[n // 4 : n // 4 + sr // 8] = 0.0
+    x[n // 2] = 0.99
+    return x.astype(np.float32)
+
+
+def _kaldi_native(x: np.ndarray, sr: int, hop: float, win: float, n_mels: int) -> np.ndarray:
+    import kaldi_native_fbank as knf
+
+    o = knf.FbankOptions()
+    o.frame_opts.samp_freq = sr
+    o.frame_opts.frame_shift_ms = hop * 1000
+    o.frame_opts.frame_length_ms = win * 1000
+    o.frame_opts.dither = 0.0
+    o.frame_opts.snip_edges = False
+    o.mel_opts.num_bins = n_mels
+    o.mel_opts.low_freq, o.mel_opts.high_freq = 20.0, -400.0
+    f = knf.OnlineFbank(o)
+    f.accept_waveform(sr, (x.astype(np.float64) * 32768.0).tolist())
+    f.input_finished()
+    return np.stack([np.asarray(f.get_frame(i)) for i in range(f.num_frames_ready)])
+
+
+@pytest.mark.parametrize("sr,hop,n_mels", [(16000, 0.005, 80), (16000, 0.008, 80), (16000, 0.010, 80),
+                                           (16000, 0.0125, 80), (16000, 0.015, 80), (8000, 0.010, 40)])
+def test_fbank_values_equal_kaldi_native_fbank(sr, hop, n_mels):
+    x = _signal(sr + 37, sr)
+    ours = fbank(x, sr, hop=hop, n_mels=n_mels).numpy()
+    ref = _kaldi_native(x, sr, hop, 0.025, n_mels)
+    assert ours.shape == ref.shape == (num_frames(len(x), sr, hop), n_mels)
+    floor = ref < -15  # log(FLT_EPSILON) = -15.9 in the silence
+    assert floor.sum() > n_mels and np.array_equal(ours < -15, floor)
+    diff = ours - ref
+    assert np.abs(diff).max() < 2e-3  # float32 vs float64 arithmetic
+    # no systematic offset: scaling by 32767 instead of 32768 would shift every value by 6e-5
+    assert np.abs(diff[~floor]).mean() < 1.5e-5 and abs(diff[~floor].mean()) < 5e-6
+
+
+@pytest.mark.parametrize("hop", [0.005, 0.010, 0.0125])
+def test_fbank_vs_lhotse_fbank_extractor(hop):
+    """Lhotse's own Fbank extractor takes samples in [-1, 1]; asrkit scales them to the int16 range
+    as Kaldi does, so its log-mel values are 2 ln 32768 = 20.79 higher wherever neither is at the
+    log-energy floor. The floor (log FLT_EPSILON, digital silence) is the same in both, so the
+    two are not equal after per-utterance CMVN when an utterance has silent frames."""
+    from lhotse.features.kaldi.extractors import Fbank, FbankConfig
+
+    x = _signal(16000 + 37, 16000)
+    ours = fbank(x, 16000, hop=hop).numpy()
+    lh = Fbank(FbankConfig(frame_shift=hop, frame_length=0.025, dither=0.0, snip_edges=False)).extract(x, 16000)
+    assert lh.shape == ours.shape
+    both = (ours > -15) & (lh > -15)
+    assert both.mean() > 0.8
+    np.testing.assert_allclose(ours[both] - lh[both], 2 * np.log(32768.0), atol=1e-3)
+
+
 def test_cmvn_per_utterance():
     f = torch.randn(200, 80) * 3 + 5
     g = cmvn(f)
