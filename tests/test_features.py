@@ -1,19 +1,10 @@
+"""Features (asrkit.data.features): fbank values and frame counts against kaldi-native-fbank and
+Lhotse's extractor, CMVN, SpecAugment masks (present, within the configured ranges)."""
 import numpy as np
 import pytest
 import torch
 
 from asrkit.data.features import cmvn, fbank, num_frames, spec_augment
-
-
-@pytest.mark.parametrize("hop", [0.005, 0.008, 0.010, 0.0125, 0.015, 0.020])
-@pytest.mark.parametrize("n", [400, 16000, 16003, 40000])
-def test_fbank_shapes_for_hops(hop, n):
-    x = np.random.RandomState(0).randn(n).astype(np.float32) * 0.1
-    f = fbank(x, 16000, hop=hop)
-    assert f.shape == (num_frames(n, 16000, hop), 80)
-    assert torch.isfinite(f).all()
-    # about duration / hop frames
-    assert abs(f.shape[0] - n / 16000 / hop) <= 1
 
 
 # -- values against reference extractors ---------------------------------------------------------
@@ -45,6 +36,18 @@ def _kaldi_native(x: np.ndarray, sr: int, hop: float, win: float, n_mels: int) -
     f.accept_waveform(sr, (x.astype(np.float64) * 32768.0).tolist())
     f.input_finished()
     return np.stack([np.asarray(f.get_frame(i)) for i in range(f.num_frames_ready)])
+
+
+@pytest.mark.parametrize("hop", [0.005, 0.008, 0.010, 0.0125, 0.015, 0.020])
+def test_fbank_frame_counts_for_hops(hop):
+    """Frame counts (and num_frames) equal kaldi-native-fbank's for snip_edges=false, on both
+    sides of each rounding boundary (n = k x shift + shift / 2)."""
+    shift = round(hop * 16000)
+    for n in (400, 16003, 40000, 7 * shift + shift // 2 - 1, 7 * shift + shift // 2, 7 * shift + shift // 2 + 1):
+        x = np.random.RandomState(0).randn(n).astype(np.float32) * 0.1
+        f = fbank(x, 16000, hop=hop)
+        assert f.shape == (num_frames(n, 16000, hop), 80) == _kaldi_native(x, 16000, hop, 0.025, 80).shape, n
+        assert torch.isfinite(f).all()
 
 
 @pytest.mark.parametrize("sr,hop,n_mels", [(16000, 0.005, 80), (16000, 0.008, 80), (16000, 0.010, 80),
