@@ -14,8 +14,6 @@ from asrkit.model.posenc import POS_ENCODINGS
 
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[1]
-HAS_CONCAT_SIN = "concat_sin" in POS_ENCODINGS
-NO_CONCAT_SIN = "concat_sin is not registered in asrkit.model.posenc.POS_ENCODINGS yet (being added by another engineer)"
 
 
 def _cfg(*extra, typ="conv", pos="nopos"):
@@ -58,8 +56,6 @@ def test_valid_pooling_floors_lengths():
                                                ("conv", "concat_sin", False), ("gated_conv", "concat_sin", True),
                                                ("conv", "abspos", True)])
 def test_batch_of_one_equals_batch_of_n(typ, pos, published):
-    if pos not in POS_ENCODINGS:
-        pytest.skip(NO_CONCAT_SIN)
     m = build_model(_cfg(*([PUBLISHED] if published else []), typ=typ, pos=pos), 10).eval()
     lens = [100, 61, 7, 88, 33]
     feats, l, times = _batch(lens)
@@ -74,8 +70,6 @@ def test_batch_of_one_equals_batch_of_n(typ, pos, published):
 
 @pytest.mark.parametrize("pos", ["sinpos", "concat_sin"])
 def test_positions_come_from_frame_times_before_pooling(pos, monkeypatch):
-    if pos not in POS_ENCODINGS:
-        pytest.skip(NO_CONCAT_SIN)
     m = build_model(_cfg(typ="gated_conv", pos=pos), 10).eval()
     seen = []
     orig = m.encoder.pos.begin
@@ -90,7 +84,6 @@ def test_positions_come_from_frame_times_before_pooling(pos, monkeypatch):
     torch.testing.assert_close(nopos.encode(feats, lens, times).hidden, nopos.encode(feats, lens, times + 5.0).hidden)
 
 
-@pytest.mark.skipif(not HAS_CONCAT_SIN, reason=NO_CONCAT_SIN)
 def test_concat_sin_widens_the_projection():
     m = build_model(_cfg("encoder.pos={dim: 6}", pos="concat_sin"), 10)
     enc = m.encoder
@@ -179,11 +172,7 @@ CONFIGS = sorted((ROOT / "conf").glob("conv_*.yaml")) + sorted((ROOT / "egs/mini
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_conv_configs_load(path):
-    text = path.read_text()
-    if "concat_sin" in text and not HAS_CONCAT_SIN:
-        cfg = load_config(path, ["encoder.pos_enc=nopos", "encoder.pos={}"])  # the rest still validates
-    else:
-        cfg = load_config(path)
+    cfg = load_config(path)
     assert cfg.encoder.type in ("conv", "gated_conv") and cfg.decoder.type == "lstm"
     load_config(path, ["encoder.options.kernel=5", "encoder.pos_enc=nopos", "encoder.pos={}"])  # width override
 

@@ -1,10 +1,15 @@
-"""Word n-gram LM: smoothing, ARPA round trip, incremental scoring, the `asrkit lm train` CLI."""
+"""Word n-gram LM: smoothing against reference toolkits (KenLM for modified Kneser-Ney, IRSTLM for
+Witten-Bell, tests/fixtures/lm_reference.json), ARPA round trip, incremental scoring, the
+`asrkit lm train` CLI."""
 from __future__ import annotations
 
+import bisect
 import gzip
+import hashlib
 import json
 import math
 import random
+from pathlib import Path
 
 import pytest
 
@@ -129,3 +134,102 @@ def test_cli_train(tmp_path, capsys):
     assert lm.log10_prob("cat", ["the"]) > lm.log10_prob("dog", ["the"])
     assert "2-grams" in capsys.readouterr().out
     assert lm_cli.main(["train", "--text", str(tmp_path / "missing.txt"), "--out", str(out)]) == 2
+
+
+# -- against reference toolkits on a real-size text ----------------------------------------------
+REF = json.loads((Path(__file__).parent / "fixtures" / "lm_reference.json").read_text())
+HELDOUT_OOV = ["zzzq a b", "a zzzq", "qqqq"]  # the 3 held-out sentences with OOVs of the fixture
+
+
+def word(i: int) -> str:
+    """Letters-only spelling of a word index (survives `asrkit lm train`'s normalization)."""
+    s = ""
+    i += 1
+    while i:
+        i, r = divmod(i - 1, 26)
+        s = chr(97 + r) + s
+    return s
+
+
+def lm_text(n_sent: int, seed: int, vocab: int = 4000) -> list[str]:
+    """Deterministic text with natural-language-like statistics (Zipfian words over 4000 types, each
+    word with 8 preferred successors, 1..25 words a sentence); only Random.random(), whose
+    sequence Python guarantees, so the fixture's reference values stay valid."""
+    rng = random.Random(seed)
+    h = sum(1.0 / r for r in range(1, vocab + 1))
+    cdf, acc = [], 0.0
+    for r in range(1, vocab + 1):
+        acc += 1.0 / r / h
+        cdf.append(acc)
+
+    def zipf() -> int:
+        return min(bisect.bisect_left(cdf, rng.random()), vocab - 1)
+
+    out = []
+    for _ in range(n_sent):
+        n = 1 + int(rng.random() ** 1.5 * 25)
+        w = zipf()
+        s = [w]
+        for _ in range(n - 1):
+            if rng.random() < 0.6:
+                w = (w * 31 + 7 * (1 + int(rng.random() ** 2 * 8))) % vocab
+            else:
+                w = zipf()
+            s.append(w)
+        out.append(" ".join(word(x) for x in s))
+    return out
+
+
+@pytest.fixture(scope="module")
+def ref_text(tmp_path_factory):
+    sents = lm_text(*REF["text"]["train"])
+    assert hashlib.sha1("\n".join(sents).encode()).hexdigest() == REF["text"]["sha1"]  # the fixture's text
+    path = tmp_path_factory.mktemp("lmref") / "train.txt"
+    path.write_text("\n".join(sents) + "\n")
+    return path
+
+
+def _cli_lm(text: Path, smoothing: str) -> NgramLM:
+    out = text.parent / f"{smoothing}.arpa"
+    assert lm_cli.main(["train", "--text", str(text), "--order", "4", "--smoothing", smoothing, "--out", str(out)]) == 0
+    return NgramLM.from_arpa(out)
+
+
+def _counts(lm: NgramLM) -> list[int]:
+    return [sum(1 for ng in lm._logp if len(ng) == n) for n in range(1, lm.order + 1)]
+
+
+def test_kneser_ney_equals_kenlm(ref_text):
+    """`asrkit lm train` (interpolated modified Kneser-Ney, the default) == KenLM lmplz: the same
+    n-grams per order, probabilities and back-off weights to the ARPA precision, held-out sentence
+    log-probabilities (OOVs included) equal to KenLM's query."""
+    ref = REF["kneser_ney"]
+    lm = _cli_lm(ref_text, "kneser-ney")
+    assert _counts(lm) == ref["counts"]
+    for ng, lp, bow in ref["ngrams"]:
+        key = tuple(ng.split())
+        if key != (BOS,):  # P(<s>): KenLM writes 0, asrkit -99 (never predicted either way)
+            assert lm._logp[key] == pytest.approx(lp, abs=2e-6), ng
+        assert lm._bow.get(key, 0.0) == pytest.approx(bow or 0.0, abs=2e-6), ng
+    heldout = lm_text(*REF["text"]["heldout"]) + HELDOUT_OOV
+    ours = [lm.sentence_log10_prob(s) for s in heldout]
+    assert ours == pytest.approx(ref["heldout_log10"], abs=5e-5)
+
+
+def test_witten_bell_interpolation_equals_irstlm(ref_text):
+    """Interpolated Witten-Bell == IRSTLM's above the unigram level: every context's back-off
+    weight T(h) / (c(h) + T(h)) and the discounted part P(w|h) - bow(h) P(w|h[1:]) = c(h, w) /
+    (c(h) + T(h)) of each sampled n-gram. (IRSTLM's unigram level differs by design: it predicts
+    <s> and gives <unk> its own mass; see the fixture's note.)"""
+    ref = REF["witten_bell"]
+    lm = _cli_lm(ref_text, "witten-bell")
+    assert _counts(lm)[0] == ref["counts"][0]
+    for w, bow in ref["unigram_bows"]:
+        assert lm._bow[(w,)] == pytest.approx(bow, abs=2e-6), w
+    for ng, lp, lp_suffix, bow in ref["ngrams"]:
+        key = tuple(ng.split())
+        ctx = key[:-1]
+        assert lm._bow[ctx] == pytest.approx(bow, abs=1e-4 if ctx == (BOS,) else 2e-6), ng
+        theirs = 10**lp - 10**bow * 10**lp_suffix
+        ours = 10 ** lm._logp[key] - 10 ** lm._bow[ctx] * 10 ** lm._logp[key[1:]]
+        assert ours == pytest.approx(theirs, rel=2e-3 if ctx == (BOS,) else 2e-4), ng

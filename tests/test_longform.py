@@ -138,3 +138,130 @@ def test_mini_corpus_per_chapter(tmp_path):
     for w, p in paths.items():
         cs = load_manifest(p)
         assert sorted(i for c in cs for i in c.segments) == sorted(fx.utts)
+
+
+# -- properties (hypothesis): what the module promises, on random corpora ----------------------------
+# Expected values come from the generated corpus itself (segment order, breaks, gaps, texts), never
+# from the functions under test.
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from lhotse import AudioSource, CutSet, MonoCut, Recording, SupervisionSegment  # noqa: E402
+
+from asrkit.data.longform import MAX_GAP  # noqa: E402
+
+PROPS = settings(max_examples=60, derandomize=True, deadline=None, database=None)
+SIZES = st.lists(st.sampled_from(WINDOWS) | st.floats(3.0, 60.0).map(lambda x: round(x, 1)),
+                 min_size=1, max_size=3, unique=True)
+
+
+def _cut(rec: Recording, cid: str, start: float, dur: float, text: str, brk: bool = False) -> MonoCut:
+    sup = SupervisionSegment(id=cid, recording_id=rec.id, start=0.0, duration=dur, text=text,
+                             custom={"break_before": brk})
+    return MonoCut(id=cid, start=start, duration=dur, channel=0, recording=rec, supervisions=[sup])
+
+
+def _rec(rid: str, end: float) -> Recording:
+    return Recording(id=rid, sources=[AudioSource(type="file", channels=[0], source=f"/nonexistent/{rid}.wav")],
+                     sampling_rate=16000, num_samples=round(end * 16000) + 16000, duration=end + 1.0)
+
+
+@st.composite
+def span_corpora(draw):
+    """Talks of time-ordered segments (0.2..25 s, gaps 0..3 s, some breaks, 0..4 unique words),
+    handed over in shuffled order. Returns (cuts, runs): runs are the expected id lists."""
+    cuts, runs = [], []
+    for r in range(draw(st.integers(1, 3))):
+        segs = draw(st.lists(st.tuples(st.integers(200, 25000), st.integers(0, 3000), st.booleans(),
+                                       st.integers(0, 4)), min_size=1, max_size=14))
+        t, rows = 0.0, []
+        for i, (dur_ms, gap_ms, brk, n_words) in enumerate(segs):
+            start = t + (gap_ms / 1000 if i else 0.0)
+            rows.append((f"t{r}-{i:03d}", start, dur_ms / 1000, " ".join(f"t{r}s{i}w{j}" for j in range(n_words)),
+                         brk and i > 0))
+            t = start + dur_ms / 1000
+        rec = _rec(f"talk{r}", t)
+        run: list[str] = []
+        for j, (cid, start, dur, text, brk) in enumerate(rows):
+            if j and (brk or start - (rows[j - 1][1] + rows[j - 1][2]) > MAX_GAP):
+                runs.append(run)
+                run = []
+            run.append(cid)
+            cuts.append(_cut(rec, cid, start, dur, text, brk))
+        runs.append(run)
+    order = draw(st.permutations(range(len(cuts))))
+    return CutSet.from_cuts([cuts[i] for i in order]), runs
+
+
+def _check_windows(sets, cuts, runs, window_len):
+    """Each window size: every segment in exactly one window, windows are consecutive pieces of
+    one run (never across a break or a gap) in order, the text is the segments' texts joined (so
+    no word is lost, duplicated or reordered), at most W long unless one segment, ids and custom
+    fields as documented."""
+    by_id = {c.id: c for c in cuts}
+    all_words = [w for run in runs for i in run for w in by_id[i].supervisions[0].text.split()]
+    for w, cs in sets.items():
+        pieces = [c.custom["segments"] for c in cs]
+        pos = {i: (r, k) for r, run in enumerate(runs) for k, i in enumerate(run)}
+        for p in pieces:
+            (r0, k0) = pos[p[0]]
+            assert [pos[i] for i in p] == [(r0, k0 + j) for j in range(len(p))], p  # consecutive, one run
+        assert sorted(i for p in pieces for i in p) == sorted(by_id)  # each segment exactly once
+        ordered = sorted(zip(pieces, cs), key=lambda pc: pos[pc[0][0]])
+        words = [x for _, c in ordered for x in c.supervisions[0].text.split()]
+        assert words == all_words, w
+        for p, c in ordered:
+            want = " ".join(t for t in (by_id[i].supervisions[0].text for i in p) if t)
+            assert c.supervisions[0].text == want
+            length = window_len(p)
+            assert c.duration == pytest.approx(length, abs=2e-6)
+            assert length <= w + 1e-6 or len(p) == 1
+            assert c.id == f"{p[0]}_w{w:g}_{len(p)}" and c.custom["window"] == w
+            if abs(length - w / 2) > 1e-6:
+                assert c.custom["full"] == (length >= w / 2)
+            else:  # exactly W/2 (up to the rounding of float sums) counts as full
+                assert c.custom["full"]
+
+
+@PROPS
+@given(span_corpora(), SIZES)
+def test_span_windows_cover_every_word_once(corpus, sizes):
+    cuts, runs = corpus
+    by_id = {c.id: c for c in cuts}
+    sets = make_windows(cuts, "span", sizes)
+    assert sorted(sets) == sorted(sizes)
+    _check_windows(sets, cuts, runs, lambda p: by_id[p[-1]].end - by_id[p[0]].start)
+    for cs in sets.values():
+        for c in cs:  # one contiguous span of the talk
+            first, last = by_id[c.custom["segments"][0]], by_id[c.custom["segments"][-1]]
+            assert c.recording_id == first.recording_id and c.start == pytest.approx(first.start, abs=1e-6)
+
+
+@st.composite
+def append_corpora(draw):
+    """LibriSpeech-style chapters: utterances <spk>-<chapter>-<nnnn> with holes in the numbering,
+    separate recordings, 0..4 unique words each, shuffled."""
+    cuts, runs = [], []
+    for ch in range(draw(st.integers(1, 3))):
+        nums = sorted(draw(st.sets(st.integers(0, 25), min_size=1, max_size=12)))
+        run: list[str] = []
+        for j, n in enumerate(nums):
+            cid = f"{100 + ch}-{7 * ch + 1}-{n:04d}"
+            if j and n != nums[j - 1] + 1:
+                runs.append(run)
+                run = []
+            run.append(cid)
+            dur = draw(st.integers(500, 25000)) / 1000
+            text = " ".join(f"c{ch}u{n}w{k}" for k in range(draw(st.integers(0, 4))))
+            cuts.append(_cut(_rec(cid, dur), cid, 0.0, dur, text))
+        runs.append(run)
+    order = draw(st.permutations(range(len(cuts))))
+    return CutSet.from_cuts([cuts[i] for i in order]), runs
+
+
+@PROPS
+@given(append_corpora(), SIZES)
+def test_append_windows_cover_every_word_once(corpus, sizes):
+    cuts, runs = corpus
+    by_id = {c.id: c for c in cuts}
+    sets = make_windows(cuts, "append", sizes)
+    _check_windows(sets, cuts, runs, lambda p: sum(by_id[i].duration for i in p))

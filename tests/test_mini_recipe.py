@@ -42,7 +42,6 @@ SMOKE = ["--token_type", "letters", "--train_config", "conf/train_smoke.yaml",
          "--prepare_args", "--train-hours 0.03 --dev-minutes 0.5 --test-minutes 0.5 --longform-minutes 1"]
 
 
-@pytest.mark.slow
 def test_all_stages_then_skip(recipe):
     _run(recipe, *SMOKE)
     exp = recipe / "exp" / "train_smoke"
@@ -93,7 +92,6 @@ def _run_script(d: Path, script: str, *args):
     return p
 
 
-@pytest.mark.slow
 def test_comparison_scripts_smoke(recipe):
     """The mini comparison scripts run end to end (tiny models, a few steps) and write their tables."""
     _run(recipe, *SMOKE, "--stop_stage", "3")  # the tiny corpus (skipped when the test above made it)

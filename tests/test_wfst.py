@@ -144,3 +144,30 @@ def test_cli_graph(arpa, tmp_path, monkeypatch, capsys):
     assert lm_cli.main(argv) == 0
     assert "3 words" in capsys.readouterr().out
     assert _decode(out, LetterTok(), "the cat sat")[0] == ["the", "cat", "sat"]
+
+
+# A 4-gram graph: the word after "a b" depends on the word before them, which only a 4-gram sees
+# ("p a b cat", "q a b kat"); acoustics lean slightly the other way each time.
+LM4_TEXT = ["p a b cat"] * 4 + ["q a b kat"] * 4 + ["a b cat is", "a b kat is", "p a", "q a", "b is a b"]
+AMBIG4 = [("p a b kat", "k", "c", ["p", "a", "b", "cat"]), ("q a b cat", "c", "k", ["q", "a", "b", "kat"])]
+
+
+@pytest.mark.parametrize("order", [3, 4])
+def test_four_gram_graph_uses_three_words_of_context(order, tmp_path):
+    """With the 4-gram graph the LM picks cat after 'p a b' and kat after 'q a b' against slightly
+    better acoustics; a trigram sees only 'a b' (cat / kat equally likely), so the acoustics win.
+    The prefix beam search with the same ARPA LM agrees with the graph."""
+    arpa = tmp_path / f"{order}.arpa"
+    NgramLM.train(LM4_TEXT, order=order).write_arpa(arpa)
+    lm = NgramLM.from_arpa(arpa)
+    assert lm.order == order and (order < 4 or ("p", "a", "b", "cat") in lm._logp)
+    tok = LetterTok()
+    graph = build_tlg(tok, None, arpa, tmp_path / f"g{order}")
+    assert json.loads((graph / "graph.json").read_text())["num_words"] == 7
+    for spelled, good, bad, lm_choice in AMBIG4:
+        amb = {tok.ids[good]: {tok.ids[good]: 0.5, tok.ids[bad]: 0.4}}
+        words, lp = _decode(graph, tok, spelled, amb)
+        expected = lm_choice if order == 4 else spelled.split()
+        assert words == expected, (order, spelled, words)
+        h = ctc_prefix_beam_search(lp, torch.tensor([lp.shape[1]]), beam=8, lm=lm, lm_weight=1.0, tokenizer=tok)[0]
+        assert tok.decode(h.tokens).split() == expected

@@ -1,6 +1,14 @@
 """Log-mel filterbank features on the fly (Lhotse's torch-native Kaldi fbank), per-utterance
 mean/variance normalization, and SpecAugment on the valid frames of one utterance.
 
+The fbank follows Kaldi's conventions: float samples in [-1, 1] are scaled to the int16 range
+(as Kaldi reads a wav file), povey window, pre-emphasis 0.97, DC offset removed, power spectrum,
+``snip_edges=False``, log floor ``log(FLT_EPSILON)``; the mel band is 20 Hz .. Nyquist - 400 Hz
+(Lhotse's default; Kaldi's own default upper edge is Nyquist). The values equal
+kaldi-native-fbank's with these options (tests/test_features.py). Lhotse's ``Fbank`` extractor
+and sherpa-onnx with ``normalize_samples=true`` feed the [-1, 1] samples unscaled, which gives
+log-mel values lower by ``2 ln 32768 = 20.79`` (except at the floor).
+
 The hop is a parameter of every function: the padding-free pipeline chooses it per utterance.
 Frame ``i`` of an utterance computed with hop ``h`` is at time ``i * h`` seconds.
 """

@@ -45,6 +45,9 @@ from lhotse.utils import fastcopy
 from asrkit.data.manifests import load_cuts, manifest_path
 from asrkit.utils import atomic_path
 
+#: seconds of slack in length comparisons (sums of float durations are not exact)
+EPS = 1e-6
+
 logger = logging.getLogger(__name__)
 
 WINDOWS = (10, 15, 20, 25, 30, 35, 40, 45)
@@ -176,7 +179,7 @@ def _window_cut_span(segs: list[Seg], window: float) -> MonoCut:
     start, end = first.start, last.end
     cid = f"{first.id}_w{window:g}_{len(segs)}"
     sup0 = first.cut.supervisions[0]
-    custom = {"window": window, "segments": [s.id for s in segs], "full": end - start >= window / 2}
+    custom = {"window": window, "segments": [s.id for s in segs], "full": end - start >= window / 2 - EPS}
     sup = SupervisionSegment(
         id=cid,
         recording_id=first.cut.recording_id,
@@ -205,7 +208,7 @@ def _window_cut_append(segs: list[Seg], window: float):
     cid = f"{first.id}_w{window:g}_{len(segs)}"
     total = sum(s.cut.duration for s in segs)
     sup0 = first.cut.supervisions[0]
-    custom = {"window": window, "segments": [s.id for s in segs], "full": total >= window / 2}
+    custom = {"window": window, "segments": [s.id for s in segs], "full": total >= window / 2 - EPS}
     sup = SupervisionSegment(
         id=cid,
         recording_id=first.cut.recording_id,

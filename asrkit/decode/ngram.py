@@ -17,6 +17,14 @@ vocabulary (all training words, ``</s>`` and ``<unk>``; ``<s>`` is never predict
 the probability of a seen n-gram is the interpolated one and the back-off weight of a context is
 its interpolation weight.
 
+Checked against reference toolkits on a 42k-word text (tests/test_lm.py): Kneser-Ney gives the
+same ARPA as KenLM's ``lmplz`` (n-grams, probabilities, back-off weights) except ``P(<s>)``, which
+asrkit writes as -99 and KenLM as 0 (never used either way), and except the discounts on data too
+small for their estimate (KenLM stops there, or with ``--discount_fallback`` uses 0.5, 1, 1.5;
+asrkit uses one discount ``Y``). Witten-Bell has IRSTLM's back-off weights and interpolation above
+the unigram level; IRSTLM's unigrams differ by design (it also predicts ``<s>`` and gives
+``<unk>`` a mass of its own).
+
 Scoring follows the ARPA back-off rule
 ``P(w | h) = P*(h, w)`` if the n-gram is listed, else ``bow(h) * P(w | h[1:])``.
 Words that are not in the vocabulary are looked up in lower and upper case (decoders spell
