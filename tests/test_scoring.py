@@ -1,21 +1,30 @@
-"""asrkit.scoring and asrkit.textnorm: alignment cross-checked with jiwer and kaldialign,
-duration bins at their boundaries, output files, normalizers, malformed input."""
+"""asrkit.scoring and asrkit.textnorm: the default alignment against NIST sclite's output
+(tests/fixtures/sclite/align, see its README), the Levenshtein alignment against jiwer and
+kaldialign, properties of both (hypothesis), duration bins at their boundaries, output files,
+normalizers, malformed input."""
 from __future__ import annotations
 
 import json
 import random
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import jiwer
 import kaldialign
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from asrkit import scoring
 from asrkit.scoring import (
+    ALIGNMENTS,
     Pair,
     ScoringError,
     align,
+    align_levenshtein,
+    align_sclite,
     alignment_counts,
     bin_index,
     bin_labels,
@@ -26,8 +35,147 @@ from asrkit.scoring import (
 )
 from asrkit.textnorm import NORMALIZERS, Normalizer, get_normalizer, normalize
 
+FIXTURES = Path(__file__).parent / "fixtures" / "sclite"
+
 # ------------------------------------------------------------------------------------------
-# Alignment vs jiwer / kaldialign
+# Default alignment vs NIST sclite (fixture computed once with sctk, see its README)
+# ------------------------------------------------------------------------------------------
+
+
+def _read_trn(path: Path) -> dict[str, list[str]]:
+    out = {}
+    for line in path.read_text().splitlines():
+        m = re.fullmatch(r"(.*)\((\S+)\)", line)
+        out[m.group(2)] = m.group(1).split()
+    return out
+
+
+def _codes(ali) -> str:
+    return "".join("I" if r is None else "D" if h is None else "C" if r == h else "S" for r, h in ali)
+
+
+def _sclite_raw_counts(path: Path) -> dict[str, tuple[int, ...]]:
+    """SPKR -> (# Snt, # Wrd, Corr, Sub, Del, Ins, Err, S.Err) from sclite's rsum report."""
+    out = {}
+    for line in path.read_text().splitlines():
+        m = re.match(r"\s*\|\s*(\S+)\s*\|\s*(\d+)\s+(\d+)\s*\|" + r"\s*(\d+)" * 6 + r"\s*\|", line)
+        if m:
+            out[m.group(1)] = tuple(int(x) for x in m.groups()[1:])
+    return out
+
+
+def test_sclite_alignment_matches_sclite_per_utterance():
+    refs = _read_trn(FIXTURES / "align" / "ref.trn")
+    hyps = _read_trn(FIXTURES / "align" / "hyp.trn")
+    expected = dict(
+        (line.split(" ") + [""])[:2] for line in (FIXTURES / "align" / "hyp.trn.codes").read_text().splitlines()
+    )
+    assert len(expected) == len(refs) == 401
+    assert any(not r for r in refs.values()) and any(not h for h in hyps.values())
+    for uid, ref in refs.items():
+        ali = align(ref, hyps[uid])  # the default is sclite's alignment
+        assert _codes(ali) == expected[uid], (uid, ref, hyps[uid])
+        assert [r for r, _ in ali if r is not None] == ref
+        assert [h for _, h in ali if h is not None] == hyps[uid]
+
+
+def test_sclite_counts_per_speaker_and_total_match_sclite():
+    refs = _read_trn(FIXTURES / "align" / "ref.trn")
+    hyps = _read_trn(FIXTURES / "align" / "hyp.trn")
+    pairs = [Pair(u, " ".join(r), " ".join(hyps[u]), 1.0) for u, r in refs.items()]
+    expected = _sclite_raw_counts(FIXTURES / "align" / "hyp.trn.raw")
+    res = score_pairs(pairs)
+    assert res.alignment == "sclite" and res.to_dict()["alignment"] == "sclite"
+
+    def row(c):
+        return (c.snt, c.wrd, c.corr, c.sub, c.dele, c.ins, c.err, c.s_err)
+
+    assert row(res.overall) == expected["Sum"]
+    for spk in {u.split("-")[0] for u in refs}:
+        sub = score_pairs([p for p in pairs if p.id.split("-")[0] == spk])
+        assert row(sub.overall) == expected[spk], spk
+    # Levenshtein's unit costs count differently on these pairs (more substitutions,
+    # never more errors).
+    lev = score_pairs(pairs, alignment="levenshtein").overall
+    assert lev.err < res.overall.err and lev.sub > res.overall.sub
+
+
+def test_sclite_alignment_hand_made():
+    # sclite keeps the later copy of a repeated word (its diagonal step wins ties)...
+    assert align_sclite("a a".split(), ["a"]) == [("a", None), ("a", "a")]
+    # ...and prefers a deletion plus an insertion (3 + 3) to two substitutions (4 + 4).
+    assert align_sclite("a b".split(), "b c".split()) == [("a", None), ("b", "b"), (None, "c")]
+    assert align_levenshtein("a b".split(), "b c".split()) == [("a", "b"), ("b", "c")]
+    # Sub + Del + Ins may exceed the minimal edit distance: 3 del + 2 ins (cost 15) where
+    # 3 sub + 1 del (cost 15 too, 4 edits) would do.
+    r, h = "a a a b b b a".split(), "b b a b a b".split()
+    sc, lev = alignment_counts(align_sclite(r, h)), alignment_counts(align_levenshtein(r, h))
+    assert (sc.corr, sc.sub, sc.dele, sc.ins) == (4, 0, 3, 2)
+    assert (lev.corr, lev.sub, lev.dele, lev.ins) == (3, 3, 1, 0)
+    assert align_sclite([], []) == [] and align_sclite([], ["a"]) == [(None, "a")]
+    with pytest.raises(ScoringError, match="unknown alignment 'kaldi'.*sclite, levenshtein"):
+        align(["a"], ["a"], "kaldi")
+    with pytest.raises(ScoringError, match="unknown alignment"):
+        score_pairs([Pair("u", "a", "a", 1.0)], alignment="Sclite")
+
+
+# ------------------------------------------------------------------------------------------
+# Properties of both alignments (hypothesis)
+# ------------------------------------------------------------------------------------------
+
+WORDS = st.lists(st.sampled_from("abcde"), max_size=12)
+
+
+def _edit_distance(r: list[str], h: list[str]) -> int:
+    prev = list(range(len(h) + 1))
+    for i, x in enumerate(r, 1):
+        cur = [i]
+        for j, y in enumerate(h, 1):
+            cur.append(min(prev[j - 1] + (x != y), prev[j] + 1, cur[j - 1] + 1))
+        prev = cur
+    return prev[-1]
+
+
+def _sclite_cost(r: list[str], h: list[str]) -> int:
+    """Minimal cost with sclite's weights (sub 4, ins 3, del 3), by plain dynamic programming."""
+    prev = [3 * j for j in range(len(h) + 1)]
+    for i, x in enumerate(r, 1):
+        cur = [3 * i]
+        for j, y in enumerate(h, 1):
+            cur.append(min(prev[j - 1] + 4 * (x != y), prev[j] + 3, cur[j - 1] + 3))
+        prev = cur
+    return prev[-1]
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(WORDS, WORDS)
+def test_alignment_properties(ref, hyp):
+    counts = {}
+    for name in ALIGNMENTS:
+        ali = align(ref, hyp, name)
+        c = alignment_counts(ali)
+        assert [r for r, _ in ali if r is not None] == ref
+        assert [h for _, h in ali if h is not None] == hyp
+        assert c.corr + c.sub + c.dele == len(ref) == c.wrd
+        assert c.corr + c.sub + c.ins == len(hyp)
+        assert all(r is not None or h is not None for r, h in ali)
+        counts[name] = c
+    sc, lev = counts["sclite"], counts["levenshtein"]
+    assert lev.err == _edit_distance(ref, hyp)
+    assert lev.err <= sc.err
+    assert 4 * sc.sub + 3 * (sc.dele + sc.ins) == _sclite_cost(ref, hyp)
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(WORDS)
+def test_identical_strings_have_no_errors(words):
+    for name in ALIGNMENTS:
+        c = alignment_counts(align(words, words, name))
+        assert c.err == 0 and c.corr == len(words) and c.s_err == 0
+
+
+# ------------------------------------------------------------------------------------------
+# Levenshtein alignment vs jiwer / kaldialign
 # ------------------------------------------------------------------------------------------
 
 HAND_MADE = [
@@ -53,7 +201,7 @@ def _jiwer_counts(ref: str, hyp: str) -> tuple[int, int, int, int]:
 
 def _check_pair(ref: str, hyp: str) -> None:
     r, h = ref.split(), hyp.split()
-    ali = align(r, h)
+    ali = align(r, h, "levenshtein")
     # The alignment is an alignment of exactly these two sequences.
     assert [x for x, _ in ali if x is not None] == r
     assert [y for _, y in ali if y is not None] == h
@@ -71,7 +219,7 @@ def test_align_hand_made_matches_jiwer_and_kaldialign(ref, hyp):
 
 
 def test_align_examples():
-    assert align("a b c".split(), "a x c d".split()) == [
+    assert align("a b c".split(), "a x c d".split(), "levenshtein") == [
         ("a", "a"),
         ("b", "x"),
         ("c", "c"),
@@ -94,7 +242,8 @@ def test_align_random_pairs_match_jiwer_and_kaldialign():
         hyps.append(h)
     # Corpus-level totals agree too.
     res = score_pairs(
-        [Pair(str(i), r, h, 1.0) for i, (r, h) in enumerate(zip(refs, hyps))]
+        [Pair(str(i), r, h, 1.0) for i, (r, h) in enumerate(zip(refs, hyps))],
+        alignment="levenshtein",
     )
     o = jiwer.process_words(refs, hyps)
     c = res.overall
@@ -314,6 +463,30 @@ def test_cli_bins_and_decode_info_rtf(tmp_path):
     assert "WER per long-form window size" in (d / "result.txt").read_text()
 
 
+# u4: sclite deletes "a b" and inserts "d" (cost 9 < 4 + 4 + 3); Levenshtein (jiwer) substitutes
+# twice and deletes "c". (u1 counts a substitution: no normalizer, words compare exactly.)
+ALIGN_ROWS = ROWS + [{"id": "u4", "ref": "a b c", "hyp": "c d", "duration": 3.0}]
+
+
+def test_cli_alignment_option(tmp_path, capsys):
+    d = _write_decode_dir(tmp_path / "decode_test", ALIGN_ROWS)
+    expected = {"sclite": (7, 2, 3, 2), "levenshtein": (6, 4, 2, 1)}
+    for name, (corr, sub, dele, ins) in expected.items():
+        args = [str(d)] if name == "sclite" else [str(d), "--align", name]  # sclite: default
+        assert scoring.main(args) == 0
+        wj = json.loads((d / "wer.json").read_text())
+        ov = wj["overall"]
+        assert wj["alignment"] == name
+        assert (ov["corr"], ov["sub"], ov["del"], ov["ins"]) == (corr, sub, dele, ins), name
+        assert f"alignment: {name}" in (d / "result.txt").read_text()
+        assert f"alignment {name}" in (d / "per_utt.txt").read_text()
+    res = score_dir(d, alignment="levenshtein")
+    assert (res.overall.sub, res.alignment) == (4, "levenshtein")
+    with pytest.raises(SystemExit):
+        scoring.main([str(d), "--align", "jiwer"])
+    assert "invalid choice: 'jiwer'" in capsys.readouterr().err
+
+
 def test_score_dir_without_decode_info(tmp_path):
     d = _write_decode_dir(tmp_path / "decode_dev_beam4", ROWS)
     res = score_dir(d)
@@ -360,6 +533,19 @@ def test_cli_missing_dir_and_bad_bins(tmp_path, capsys):
     assert "hyp.jsonl" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         scoring.main([str(tmp_path), "--bins", "20,10"])
+
+
+def test_scoring_imports_only_textnorm_and_utils_from_asrkit():
+    """The scoring package sits low in the layers: nothing from asrkit but textnorm and utils."""
+    code = (
+        "import sys, json, asrkit.scoring, asrkit.scoring.significance; "
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('asrkit'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    mods = json.loads(out.stdout)
+    others = [m for m in mods if m not in ("asrkit", "asrkit.textnorm", "asrkit.utils")
+              and not m.startswith("asrkit.scoring")]
+    assert others == [] and "torch" not in out.stdout
 
 
 def test_scoring_modules_do_not_import_torch():
