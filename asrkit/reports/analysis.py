@@ -203,7 +203,7 @@ def errors_by_length(path: Pathlike, bin_width: int = 5, norm: str = "none") -> 
 
     acc: dict[int, list[int]] = {}
     for _, ref, hyp in _read(path, norm):
-        ed = sum(1 for r, h in align(ref, hyp) if r != h)
+        ed = sum(1 for r, h in align(ref, hyp, "levenshtein") if r != h)  # the minimal edit distance
         acc.setdefault(len(ref) // bin_width * bin_width, []).append(ed)
     return [(k, len(v), sum(v) / len(v)) for k, v in sorted(acc.items())]
 
