@@ -10,6 +10,8 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from typing import Callable, Optional, Sequence
+
 from lhotse import CutSet, RecordingSet, SupervisionSet, load_manifest
 
 from asrkit.utils import atomic_path
@@ -111,4 +113,32 @@ def load_cuts(out_dir: Path | str, corpus: str, part: str) -> CutSet:
 
 
 def part_done(out_dir: Path | str, corpus: str, part: str) -> bool:
+    """Whether ``part`` is prepared: its cuts manifest (written last, atomically) exists."""
     return manifest_path(out_dir, corpus, "cuts", part).is_file()
+
+
+def prepare_parts(
+    out_dir: Path | str,
+    corpus: str,
+    parts: Sequence[str],
+    prepare_one: Callable[[str], CutSet],
+    start: Optional[Callable[[list[str]], None]] = None,
+) -> dict[str, CutSet]:
+    """The one loop of every corpus preparer: parts already prepared are loaded (and logged as
+    skipped), the others are made by ``prepare_one(part)``, in the order given.
+
+    ``start(pending)``, if given, is called once before the first part is made, with the list of
+    parts to make (not called when every part is already there): the place to open the corpus
+    and to check, for all pending parts at once, that what they need is on disk.
+    """
+    pending = [p for p in parts if not part_done(out_dir, corpus, p)]
+    if pending and start is not None:
+        start(pending)
+    out: dict[str, CutSet] = {}
+    for part in parts:
+        if part in pending:
+            out[part] = prepare_one(part)
+        else:
+            logger.info("%s/%s: manifests exist, skipping", corpus, part)
+            out[part] = load_cuts(out_dir, corpus, part)
+    return out
