@@ -344,6 +344,18 @@ def test_prepare_flags_are_checked_per_corpus(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["tedlium3", "--corpus-dir", str(tmp_path), "--out", str(tmp_path / "m"), "--skip-bad-audio"])
     assert "--skip-bad-audio applies to wsj only" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["librispeech", "--corpus-dir", str(tmp_path), "--out", str(tmp_path / "m"), "--allow-missing-discs"])
+    assert "--allow-missing-discs applies to wsj only" in capsys.readouterr().err
+
+
+def test_prepare_args_accumulate_and_on_bad_is_an_option(tmp_path):
+    """--prepare_args given by run.sh and again by the user: both reach asrkit prepare (shown by
+    --help's list of values); --on_bad is a recipe option (the remedy stage 2 prints)."""
+    recipe = copy_recipe(tmp_path, "tedlium3")
+    r = run_recipe(recipe, "--prepare_args", "--keep-unk", "--on-bad", "skip", "--help")
+    assert r.returncode == 0, r.all
+    assert "--prepare_args --pad-segments --keep-unk\n" in r.stdout and "--on_bad skip\n" in r.stdout
 
 
 def test_path_sh_runs_setup_once(tmp_path):
