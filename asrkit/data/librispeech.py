@@ -6,7 +6,6 @@ exercises the same code path as the real corpus.
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 from typing import Sequence
 
@@ -26,16 +25,11 @@ def _prepare_parts(corpus: str, libri_dir: Path, out_dir: Path, parts: Sequence[
         if not (libri_dir / part).is_dir():
             raise FileNotFoundError(f"{corpus}: part directory {libri_dir / part} does not exist")
         # output_dir=None: nothing is written by Lhotse; we write our own files atomically
-        t0 = time.time()
         m = prepare_librispeech(libri_dir, dataset_parts=[part], output_dir=None, num_jobs=num_jobs)[part]
         check_complete(corpus, libri_dir / part, m["recordings"])
-        cuts = write_part(out_dir, corpus, part, m["recordings"], m["supervisions"])
-        dt = time.time() - t0
-        n = len(m["recordings"])
-        logger.info("%s/%s: %d files in %.1f s (%.0f files/s, %d jobs)", corpus, part, n, dt, n / max(dt, 1e-9), num_jobs)
-        return cuts
+        return write_part(out_dir, corpus, part, m["recordings"], m["supervisions"])
 
-    return prepare_parts(out_dir, corpus, parts, one)
+    return prepare_parts(out_dir, corpus, parts, one, num_jobs=num_jobs)
 
 
 def check_complete(corpus: str, part_dir: Path, recordings) -> None:

@@ -418,7 +418,7 @@ def _prepare(
             corpus, root[0], version, part, out_dir, num_jobs=num_jobs, pad=pad if part == "train" else None, keep_unk=keep_unk
         )
 
-    return prepare_parts(out_dir, corpus, parts, one, start)
+    return prepare_parts(out_dir, corpus, parts, one, start, num_jobs=num_jobs)
 
 
 def prepare_v2(

@@ -523,7 +523,7 @@ def prepare(
             listing=listings[part],
         )
 
-    out = prepare_parts(out_dir, CORPUS, parts, one, start)
+    out = prepare_parts(out_dir, CORPUS, parts, one, start, num_jobs=num_jobs)
     if lm_text:
         lm_file = out_dir / "wsj_lm_text.txt.gz"
         if not lm_file.is_file():
