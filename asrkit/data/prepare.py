@@ -133,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--no-verify-audio", action="store_true", help="read only the SPHERE headers, do not decode every file")
     g.add_argument("--lm-text", action="store_true", help="also write wsj_lm_text.txt.gz (normalized LM training text)")
     g = p.add_argument_group("tedlium2 / tedlium3 only")
-    g.add_argument("--pad-segments", action="store_true", help="widen training segments by 0.15 s / 0.1 s (Kaldi)")
+    g.add_argument("--pad-segments", action="store_true",
+                   help="widen training segments by 0.15 s / 0.1 s as Kaldi's recipe does (overlaps meet halfway)")
     g.add_argument("--keep-unk", action="store_true", help="keep <unk> in the transcripts")
     args = p.parse_args(argv)
     for dest, corpora in _CORPUS_OPTIONS.items():
