@@ -7,7 +7,9 @@ Checked: manifest names and utterance counts, long-form window manifests, ``.don
 skipping on rerun, incomplete corpora (a missing WSJ disc, a missing transcript, a corrupt or
 missing audio file) failing the stage with a message naming the file, the run continuing where it
 stopped once the corpus is fixed, corpus-specific ``asrkit prepare`` flags reaching the preparer,
-and strict option parsing (exit code 2 naming the option).
+strict option parsing (exit code 2 naming the option), and that every remedy an error message
+prints ("..., run (from the recipe directory): ./run.sh ...") works exactly as printed
+(:func:`run_remedy`: the WSJ partial corpus and bad-audio skips, stage 2's ``--on_bad skip``).
 
 ``tools/setup.sh`` is not run by these recipe calls (``ASRKIT_SETUP_DONE`` is set: pytest already
 runs from the set-up venv, and each set-up check costs several seconds of Python start-up);
@@ -27,14 +29,13 @@ from pathlib import Path
 import pytest
 
 from tests.corpora.librispeech import make_librispeech
-from tests.corpora.tedlium import make_tedlium
+from tests.corpora.tedlium import espnet_text, make_tedlium
 from tests.corpora.wsj import make_wsj
 
 REPO = Path(__file__).resolve().parents[1]
 VENV = Path(os.environ.get("ASRKIT_VENV", REPO / ".venv"))
 RECIPES = ("wsj", "tedlium2", "tedlium3", "librispeech")
 WINDOWS = (10, 15, 20, 25, 30, 35, 40, 45)
-IGNORE = "ignore_time_segment_in_scoring"
 
 
 # ---------------------------------------------------------------------------------- helpers
@@ -56,9 +57,30 @@ def run_recipe(recipe: Path, *args: str, env: dict | None = None) -> subprocess.
         OMP_NUM_THREADS="1",
     )
     e.pop("ASRKIT_BACKEND", None)
+    e.pop("ASRKIT_RECIPE_CMD", None)
     e.update(env or {})
     p = subprocess.run(["bash", str(recipe / "run.sh"), *args], env=e, capture_output=True, text=True, timeout=600)
     p.all = p.stdout + p.stderr  # type: ignore[attr-defined]
+    return p
+
+
+REMEDY = re.compile(r"run \(from the recipe directory\): (.+)$", re.M)
+
+
+def run_remedy(recipe: Path, failed: subprocess.CompletedProcess, env: dict) -> subprocess.CompletedProcess:
+    """Run, exactly as printed and from the recipe directory, the one remedy the failed run's
+    error message printed."""
+    cmds = REMEDY.findall(failed.stderr)
+    assert len(cmds) == 1, failed.stderr[-3000:]
+    e = dict(os.environ)
+    e.update(PATH=f"{VENV / 'bin'}{os.pathsep}{e.get('PATH', '')}", ASRKIT_ROOT=str(REPO), ASRKIT_SETUP_DONE=str(VENV),
+             OMP_NUM_THREADS="1")
+    e.pop("ASRKIT_BACKEND", None)
+    e.pop("ASRKIT_RECIPE_CMD", None)
+    e.update(env)
+    p = subprocess.run(["bash", "-c", cmds[0]], cwd=recipe, env=e, capture_output=True, text=True, timeout=600)
+    p.all = p.stdout + p.stderr  # type: ignore[attr-defined]
+    p.cmd = cmds[0]  # type: ignore[attr-defined]
     return p
 
 
@@ -128,13 +150,21 @@ def assert_failed(r: subprocess.CompletedProcess, *names: str) -> None:
 
 def test_wsj_recipe(tmp_path):
     """An incomplete WSJ (disc 13-2.1 missing, a .dot line missing, a corrupt .wv1): stage 1 fails
-    naming the corrupt file; with --skip-bad-audio it completes, with the FLAC cache."""
+    naming the missing disc and what it holds; the printed remedy (a partial corpus) runs as
+    printed and fails naming the corrupt file; its printed remedy (skip bad audio) completes the
+    stage, the FLAC cache of run.sh kept (--prepare_args accumulates)."""
     fx = make_wsj(tmp_path / "corpus", missing_discs=["13-2.1"], drop_transcripts=["46ac0202"], corrupt=["4k0c0302"], lm=False)
     recipe = copy_recipe(tmp_path, "wsj")
     env = {"WSJ": str(tmp_path / "corpus")}
     flac = recipe / "data" / "flac"
 
     r = run_recipe(recipe, "--stage", "1", "--stop_stage", "2", "--nj", "1", env=env)
+    assert_failed(r, "13-2.1: 1 utterance of train_si284", str(tmp_path / "corpus"))
+    assert not (recipe / "data" / ".done" / "stage1.done").exists()
+    assert not (recipe / "data" / "manifests").exists() or not list((recipe / "data" / "manifests").iterdir())
+
+    r = run_remedy(recipe, r, env)  # ./run.sh --stage 1 --stop_stage 2 --nj 1 --stage 1 --prepare_args "--allow-missing-discs"
+    assert '--prepare_args "--allow-missing-discs"' in r.cmd
     assert_failed(r, str(fx.paths["4k0c0302"]), "test_dev93")
     assert not (recipe / "data" / ".done" / "stage1.done").exists()
     assert not (recipe / "data" / "manifests" / "wsj_cuts_test_dev93.jsonl.gz").exists()
@@ -144,10 +174,7 @@ def test_wsj_recipe(tmp_path):
     train = ["011c0201", "011c0202", "40ac0201", "40ac0202", "46ac0201"]  # 401 excluded, 46bc0201 on 13-2.1
     assert_part(recipe, "wsj", "train_si284", train)  # done before the failure: kept, not redone
 
-    r = run_recipe(
-        recipe, "--stage", "1", "--stop_stage", "2", "--nj", "1",
-        "--prepare_args", f"--flac-dir {flac} --skip-bad-audio", env=env,
-    )
+    r = run_remedy(recipe, r, env)  # ... --prepare_args "--allow-missing-discs" --stage 1 --prepare_args "--skip-bad-audio"
     assert r.returncode == 0, r.all
     assert "wsj/train_si284: manifests exist, skipping" in r.stderr
     assert "bad audio" in r.stderr and "4k0c0302" in r.stderr
@@ -156,30 +183,30 @@ def test_wsj_recipe(tmp_path):
     assert_part(recipe, "wsj", "test_eval92", ["440c0201", "440c0202"])
     assert_stages_done(recipe, 1, 2)
     assert not list((recipe / "data" / "manifests").glob("*longform*"))
-    # recordings point at the FLAC cache (db.sh's WSJ_FLAC default for the first part)
-    for part in ("train_si284", "test_dev93"):
+    # recordings point at the FLAC cache (db.sh's WSJ_FLAC default), kept through the remedies
+    for part in ("test_dev93", "test_eval92"):
         for rec in manifests(recipe, "wsj", "recordings", part):
             assert rec["sources"][0]["source"] == str(flac / f"{rec['id']}.flac")
-    # si284 transcripts have verbalized punctuation removed (the paper), tests keep the tokens
+    # si284 transcripts in the CAPE setting: words of letters and apostrophes only
     texts = {s["id"]: s["text"] for s in manifests(recipe, "wsj", "supervisions", "train_si284")}
     assert texts["40ac0201"] == "MISTER SMITH WHO DECLINED TO COMMENT SAID IT WAS FINE"
+    assert all(re.fullmatch(r"[A-Z']*[A-Z][A-Z']*", w) for t in texts.values() for w in t.split()), texts
     assert_rerun_skips(recipe, env)
 
 
 # ---------------------------------------------------------------------------------- TED-LIUM
 
 
-def _tedlium_expected(fx, part: str) -> list[str]:
-    """Segment ids the preparer keeps, re-derived from what the fixture wrote."""
+def _tedlium_expected(fx, version: int, part: str) -> list[str]:
+    """ESPnet's utterance ids of the fixture (tests/corpora/tedlium_espnet_text.json), less the
+    ones asrkit drops by design: no words once non-speech tokens are removed, or starting after
+    the audio ends (docs/corpora.md)."""
     ids = []
-    for (p, talk), segs in fx.segments.items():
-        if p != part:
-            continue
-        dur = len(fx.audio[(p, talk)]) / 16000
-        for s in segs:
-            if s.raw in (IGNORE, "{NOISE} <sil>") or s.start >= dur:  # ignored / empty / after the audio
-                continue
-            ids.append(f"{talk}-{round(s.start * 100):07d}-{round(s.end * 100):07d}")
+    for uid, text in espnet_text(version)[part].items():
+        talk, start = uid.rsplit("-", 2)[0], int(uid.rsplit("-", 2)[1]) / 100
+        words = [w for w in text.split() if not w.startswith(("[", "<unk>"))]
+        if words and start < len(fx.audio[(part, talk)]) / 16000:
+            ids.append(uid)
     return ids
 
 
@@ -209,7 +236,11 @@ def test_tedlium_recipe(tmp_path, version, broken):
     assert r.returncode == 0, r.all
     assert f"{corpus}/train: manifests exist, skipping" in r.stderr
     for part in ("train", "dev", "test"):
-        assert_part(recipe, corpus, part, _tedlium_expected(fx, part))
+        cuts = assert_part(recipe, corpus, part, _tedlium_expected(fx, version, part))
+        sups = [c["supervisions"][0] for c in cuts]
+        if part == "dev":  # the dev STMs' labels <F0_M> / <F0_F>
+            assert {s["custom"]["label"] for s in sups} == {"<F0_M>", "<F0_F>"}
+            assert {s["gender"] for s in sups} == {"M", "F"}
     for part in ("dev", "test"):
         assert_longform(recipe, corpus, part)
     assert not list((recipe / "data" / "manifests").glob(f"{corpus}_cuts_train-longform*"))
@@ -218,6 +249,7 @@ def test_tedlium_recipe(tmp_path, version, broken):
     first = min(manifests(recipe, corpus, "cuts", "train"), key=lambda c: c["id"])
     assert first["id"].startswith("AlexSmith_2009-0000050-")  # ids keep the STM times
     assert first["start"] == pytest.approx(0.5 - 0.15)
+    assert "duplicated STM line: 1" in r.stderr
     first = min(manifests(recipe, corpus, "cuts", "dev"), key=lambda c: c["id"])
     assert first["id"].startswith("CarlDoe_2010-0000050-") and first["start"] == pytest.approx(0.5)  # not padded
     # audio of this release only (v2 and v3 have different audio for the same talks)
@@ -270,6 +302,13 @@ def test_librispeech_recipe(tmp_path):
     bad.write_bytes(b"fLaC" + b"\x00garbage" * 20)
     r = run_recipe(recipe, "--stage", "2", "--stop_stage", "2", "--nj", "1", "--force", "true", env=env)
     assert_failed(r, str(bad), "test-other")
+    # the printed remedy (stage 2 with --on_bad skip), run exactly as printed, drops that utterance
+    r = run_remedy(recipe, r, env)
+    assert r.cmd.endswith("--stage 2 --on_bad skip") and r.cmd.startswith("./run.sh --stage 2 --stop_stage 2")
+    assert r.returncode == 0, r.all
+    assert "test-other: 4 utterances with readable audio, 1 dropped" in r.stdout
+    assert "1688-142285-0001" not in cut_ids(recipe, "librispeech", "test-other")
+    assert (recipe / "data" / "manifests" / "librispeech_bad_audio_test-other.txt").read_text().startswith("1688-142285-0001\t")
 
 
 # ---------------------------------------------------------------------------------- options
@@ -305,6 +344,18 @@ def test_prepare_flags_are_checked_per_corpus(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["tedlium3", "--corpus-dir", str(tmp_path), "--out", str(tmp_path / "m"), "--skip-bad-audio"])
     assert "--skip-bad-audio applies to wsj only" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["librispeech", "--corpus-dir", str(tmp_path), "--out", str(tmp_path / "m"), "--allow-missing-discs"])
+    assert "--allow-missing-discs applies to wsj only" in capsys.readouterr().err
+
+
+def test_prepare_args_accumulate_and_on_bad_is_an_option(tmp_path):
+    """--prepare_args given by run.sh and again by the user: both reach asrkit prepare (shown by
+    --help's list of values); --on_bad is a recipe option (the remedy stage 2 prints)."""
+    recipe = copy_recipe(tmp_path, "tedlium3")
+    r = run_recipe(recipe, "--prepare_args", "--keep-unk", "--on-bad", "skip", "--help")
+    assert r.returncode == 0, r.all
+    assert "--prepare_args --pad-segments --keep-unk\n" in r.stdout and "--on_bad skip\n" in r.stdout
 
 
 def test_path_sh_runs_setup_once(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import av
 import numpy as np
@@ -160,3 +161,39 @@ def test_shorten_block_means_with_dc_offset(version):
     assert np.array_equal(decode_shorten(data)[0], x)
     with av.open(io.BytesIO(encode_shorten(x, version=version, verbatim_wav_header=True)), format="shn") as c:
         assert np.array_equal(np.concatenate([f.to_ndarray() for f in c.decode(audio=0)], axis=1)[0], x)
+
+
+# ------------------------------------------------------------------ real files (tests/data/desphere)
+
+DESPHERE = Path(__file__).parent / "data" / "desphere"  # desphere 0.1.1 sdist, MIT: see README.md there
+
+
+@pytest.mark.parametrize("stem,channels", [("qlpc_ar2", 1), ("qlpc_ar2_stereo", 2)])
+def test_shorten_from_the_reference_encoder(tmp_path, stem, channels):
+    """Streams of Tony Robinson's shorten encoder (LPC blocks, a verbatim WAV header section)
+    decode to the PCM that was encoded, alone and embedded in a SPHERE file."""
+    import soundfile as sf
+
+    truth, sr = sf.read(str(DESPHERE / f"{stem}.wav"), dtype="int16", always_2d=True)
+    payload = (DESPHERE / f"{stem}.shn").read_bytes()
+    assert np.array_equal(decode_shorten(payload, sample_rate=sr, channels=channels), truth.T)
+    p = tmp_path / f"{stem}.wv1"
+    fields = dict(channel_count=channels, sample_count=len(truth), sample_rate=sr, sample_n_bytes=2,
+                  sample_byte_format="01", sample_coding="pcm,embedded-shorten-v2.00",
+                  sample_checksum=sphere_checksum(truth.T.copy()))
+    p.write_bytes(make_header(fields) + payload)
+    samples, rate = read_sphere_int16(p)
+    assert rate == sr and np.array_equal(samples, truth.T)
+
+
+def test_sphere_files_of_another_writer():
+    """A big-endian stereo PCM SPHERE file and a header claiming Shorten over a non-Shorten body,
+    both written by desphere's own tools (an independent implementation)."""
+    import json
+
+    expected = bytes.fromhex(json.loads((DESPHERE / "expected_pcm.json").read_text())["pcm16be_stereo.sph"])
+    x, sr = read_sphere_int16(DESPHERE / "pcm16be_stereo.sph")
+    assert sr == 16000 and x.shape[0] == 2
+    assert x.T.astype("<i2").tobytes() == expected  # interleaved little-endian
+    with pytest.raises(SphereError, match=r"shorten_gate\.sph.*Shorten"):
+        read_sphere_int16(DESPHERE / "shorten_gate.sph")

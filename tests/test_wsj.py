@@ -1,11 +1,15 @@
-"""WSJ: .dot normalization (Kaldi-equivalent + asrkit layers), LZW LM text, and preparation of
-miniature WSJ corpora in the real disc layouts (complete and broken)."""
+"""WSJ: .dot normalization (Kaldi's normalize_transcript.pl byte for byte, checked against the
+script's own output; the CAPE setting's words of letters and apostrophes, checked on every token
+of the real WSJ marker inventories), LZW LM text, and preparation of miniature WSJ corpora in the
+real disc layouts (complete and broken)."""
 from __future__ import annotations
 
 import gzip
 import logging
+import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +19,7 @@ from asrkit.data.manifests import manifest_path
 from asrkit.data.wsj import EXPECTED_COUNTS, WsjError, find_discs, prepare, prepare_lm_text
 from asrkit.data.wsj_text import (
     WSJ_NORM_VERSION,
+    cape_words,
     is_punctuation_token,
     kaldi_normalize,
     normalize_transcript,
@@ -22,36 +27,78 @@ from asrkit.data.wsj_text import (
     read_lm_text,
     unlzw,
 )
-from tests.corpora.wsj import compress_lzw, make_wsj
+from tests.corpora import wsj_inventories as inv
+from tests.corpora.wsj import TRANSCRIPTS, compress_lzw, make_wsj
 
-# (raw .dot text, Kaldi normalize_transcript.pl output)
-KALDI_CASES = [
-    (
-        "Of course there isn\\'t any guarantee the company will keep its hot hand [misc_noise]",
-        "OF COURSE THERE ISN'T ANY GUARANTEE THE COMPANY WILL KEEP ITS HOT HAND <NOISE>",
-    ),
-    (
-        "[loud_breath] And new hardware such as the set of personal computers I\\. B\\. M\\. introduced",
-        "<NOISE> AND NEW HARDWARE SUCH AS THE SET OF PERSONAL COMPUTERS I. B. M. INTRODUCED",
-    ),
-    ("The rate fell to six %PERCENT in November", "THE RATE FELL TO SIX PERCENT IN NOVEMBER"),
-    ("three .POINT five", "THREE POINT FIVE"),
-    ("a [<door_slam] noise before and [door_slam>] after", "A NOISE BEFORE AND AFTER"),
-    ("ring [phone_ring/] starts and [/phone_ring] stops", "RING STARTS AND STOPS"),
-    ("truncated at the end ~", "TRUNCATED AT THE END"),
-    ("a pause . here", "A PAUSE HERE"),
-    ("he said <and> then", "HE SAID AND THEN"),
-    ("<it's> fine", "IT'S FINE"),
-    ("one --DASH two", "ONE -DASH TWO"),
-    ("mister ,COMMA said \"DOUBLE-QUOTE yes \"END-QUOTE", 'MISTER ,COMMA SAID "DOUBLE-QUOTE YES "END-QUOTE'),
-    ("a *mispronunced* word", "A *MISPRONUNCED* WORD"),
-    ("so: long", "SO: LONG"),
-    ("a REVO(LUTION)- fragment", "A REVO(LUTION)- FRAGMENT"),
-    ("noise inside word[breath]", "NOISE INSIDE <NOISE>"),
-    ("(LEFT-PAREN x )RIGHT-PAREN", "(LEFT-PAREN X )RIGHT-PAREN"),
+KALDI_TSV = Path(__file__).parent / "corpora" / "wsj_kaldi_normalize.tsv"
+
+
+def _kaldi_reference() -> list[tuple[str, bytes]]:
+    """(input, Kaldi's output bytes) pairs of tests/corpora/wsj_kaldi_normalize.tsv."""
+    out = []
+    for line in KALDI_TSV.read_bytes().split(b"\n"):
+        if not line or line.startswith(b"#"):
+            continue
+        inp, expected = line.split(b"\t")
+        out.append((inp.replace(b"\\x09", b"\t").decode("latin-1"), expected))
+    return out
+
+
+def test_kaldi_normalization_byte_for_byte():
+    ref = _kaldi_reference()
+    assert len(ref) == len(set(inv.PYAUDLIB + inv.ESPNET + inv.SMS_WSJ + inv.NEURAL_SP)) + len(TRANSCRIPTS) + 1
+    for inp, expected in ref:
+        assert normalize_transcript(inp, clean=False).encode("latin-1") == expected, inp
+        assert " ".join(kaldi_normalize(inp)).encode("latin-1") == expected
+
+
+def test_non_ascii_bytes_as_kaldi():
+    # Perl upper-cases a-z only and splits at ASCII white space only (see the TSV's last line)
+    assert kaldi_normalize("stra\xdfe \xb5m caf\xe9 a\xa0b") == ["STRA\xdfE", "\xb5M", "CAF\xe9", "A\xa0B"]
+    assert "stra\xdfe".upper() == "STRASSE"  # what Python's upper() would have made of it
+
+
+CAPE_WORD = re.compile(r"[A-Z']*[A-Z][A-Z']*")
+
+
+def _inventory_tokens():
+    raw = inv.PYAUDLIB + inv.ESPNET  # as in the .dot files
+    normalized = inv.SMS_WSJ + inv.NEURAL_SP  # after Kaldi (neural_sp lower-cased them)
+    return [(t, kaldi_normalize(t)) for t in raw] + [(t, kaldi_normalize(t)) for t in normalized]
+
+
+@pytest.mark.parametrize("token,kaldi", _inventory_tokens(), ids=lambda x: x if isinstance(x, str) else "")
+def test_cape_setting_on_the_real_marker_inventories(token, kaldi):
+    words = cape_words(kaldi)
+    assert all(CAPE_WORD.fullmatch(w) for w in words), (token, words)
+    assert words == inv.SPOKEN.get(token, []), token
+
+
+# (raw .dot text of tests/corpora/wsj.py, the CAPE setting's text, written by hand from the rules)
+CAPE_FIXTURE = [
+    "OF COURSE THERE ISN'T ANY GUARANTEE THE COMPANY WILL KEEP ITS HOT HAND",
+    "AND NEW HARDWARE SUCH AS THE SET OF PERSONAL COMPUTERS I B M INTRODUCED LAST WEEK CAN LEAD TO UNEXPECTED "
+    "CHANGES IN THE SOFTWARE BUSINESS",
+    "THE RATE FELL TO SIX PERCENT IN NOVEMBER NINETEEN EIGHTY SIX",
+    "MISTER SMITH WHO DECLINED TO COMMENT SAID IT WAS FINE",
+    "IT WAS A MISPRONUNCED WORD AND A LENGTHENED SO SOUND",
+    "THIS ONE HAS A BOUNDARY NOISE AND A REVO FRAGMENT",
+    "PRICES ROSE THREE POINT FIVE PERCENT TODAY",
+    "HE SAID AND THEN LEFT QUICKLY REALLY",
+    "SALES OF REPUBLICBANK'S UNITS ROSE IN THE THIRD QUARTER",
+    "THE INDEX WHICH FELL CLOSED HIGHER",
+    "A DEAL WAS REACHED WITH A T AND T LATE YESTERDAY",
+    "ANALYSTS SAID THE MONEY MOVE WAS WIDELY EXPECTED OTHERS DISAGREED",
+    "NOTHING SPECIAL IN THIS D SENTENCE ABOUT THE BOND MARKET",
 ]
 
-# (raw, asrkit default: Kaldi + clean marks)
+
+@pytest.mark.parametrize("raw,expected", list(zip(TRANSCRIPTS, CAPE_FIXTURE)))
+def test_cape_setting_on_transcripts(raw, expected):
+    assert normalize_transcript(raw, cape=True) == expected
+
+
+# (raw, asrkit's test-set text: Kaldi + clean marks)
 CLEAN_CASES = [
     ("a *mispronunced* word", "A MISPRONUNCED WORD"),
     ("so: long", "SO LONG"),
@@ -63,40 +110,27 @@ CLEAN_CASES = [
     ("[breath] x", "<NOISE> X"),
 ]
 
-# (raw, with punctuation removed as for training)
-PUNCT_CASES = [
-    ("Mister Smith ,COMMA who declined ,COMMA said \"DOUBLE-QUOTE fine \"END-QUOTE .PERIOD", "MISTER SMITH WHO DECLINED SAID FINE"),
-    ("one --DASH two -HYPHEN three", "ONE TWO THREE"),
-    ("the (LEFT-PAREN index )RIGHT-PAREN ?QUESTION-MARK", "THE INDEX"),
-    ("six %PERCENT", "SIX PERCENT"),  # a spoken word, not punctuation
-    ("rock 'n' roll 'SINGLE-QUOTE 'em", "ROCK 'N' ROLL 'EM"),
-    ("a ;SEMI-COLON b :COLON c !EXCLAMATION-POINT", "A B C"),
-    ("a ...ELLIPSIS b /SLASH c &AMPERSAND d {LEFT-BRACE e }RIGHT-BRACE", "A B C D E"),
-]
-
-
-@pytest.mark.parametrize("raw,expected", KALDI_CASES)
-def test_kaldi_normalization(raw, expected):
-    assert " ".join(kaldi_normalize(raw)) == expected
-    assert normalize_transcript(raw, clean=False) == expected
-
 
 @pytest.mark.parametrize("raw,expected", CLEAN_CASES)
 def test_clean_marks(raw, expected):
     assert normalize_transcript(raw) == expected
 
 
-@pytest.mark.parametrize("raw,expected", PUNCT_CASES)
-def test_remove_punctuation(raw, expected):
-    assert normalize_transcript(raw, drop_punctuation=True) == expected
+def test_cape_words_rules():
+    assert cape_words("ROCK 'N' ROLL 'EM 'SINGLE-QUOTE 'CLOSE-SINGLE-QUOTE `SINGLE-QUOTE ' ...".split()) == [
+        "ROCK", "'N'", "ROLL", "'EM"]
+    assert cape_words("(BRACKET (IN)TERESTING (UH) *AMORTIZE* *ASTERISK MR. U.S. LONG-TERM -EM-DASH".split()) == [
+        "TERESTING", "AMORTIZE", "MR", "U", "S", "LONG", "TERM"]
+    assert cape_words(["<NOISE>", "~NEW-PARAGRAPH", "[<TAP>]", "[LOUD-BREATH]", "<*IN*>"]) == []
 
 
 def test_norm_version_and_punct_tokens():
-    assert WSJ_NORM_VERSION == 1
-    with pytest.raises(ValueError, match="version 2"):
-        normalize_transcript("x", version=2)
-    assert is_punctuation_token(",COMMA") and is_punctuation_token('"QUOTE') and is_punctuation_token(".PERIOD")
-    assert not any(is_punctuation_token(w) for w in ("'S", "'EM", "PERCENT", "A.", "-TION", "<NOISE>", "I."))
+    assert WSJ_NORM_VERSION == 2
+    with pytest.raises(ValueError, match="version 1"):
+        normalize_transcript("x", version=1)
+    assert all(is_punctuation_token(w) for w in (",COMMA", '"QUOTE', ".PERIOD", "-IOD", "(PAREN", "'QUOTE", "*ASTERISK"))
+    assert not any(is_punctuation_token(w) for w in ("'S", "'EM", "PERCENT", "A.", "<NOISE>", "I.", "(IN)TERESTING",
+                                                     "*WORD*", "...", "'"))
 
 
 def test_dot_file_parsing(tmp_path):
@@ -159,12 +193,12 @@ def test_prepare_complete_corpus(tmp_path, caplog, parents, uppercase):
     assert sorted(cuts["test_eval93"].ids) == ["4k8c0401"]  # index names disc 13_32_1
     # count check against the real corpus: a warning with the reason
     assert "train_si284: 7 utterances, the full corpus has 37416" in caplog.text
-    # texts: training drops verbalized punctuation, test keeps Kaldi's tokens
+    # texts: training in the CAPE setting (words of letters and apostrophes), test: Kaldi's tokens
     tr = _texts(cuts["train_si284"])
+    assert tr == {u: CAPE_FIXTURE[TRANSCRIPTS.index(fx.raw[u])] for u in tr}
     assert tr["40ac0201"] == "MISTER SMITH WHO DECLINED TO COMMENT SAID IT WAS FINE"
-    assert tr["011c0201"] == "OF COURSE THERE ISN'T ANY GUARANTEE THE COMPANY WILL KEEP ITS HOT HAND <NOISE>"
     te = _texts(cuts["test_dev93"])
-    assert te["4k0c0302"] == "THE INDEX (LEFT-PAREN WHICH FELL )RIGHT-PAREN CLOSED HIGHER ?QUESTION-MARK"
+    assert te["4k0c0302"] == "THE INDEX (LEFT-PAREN WHICH FELL )CLOSE_PAREN CLOSED HIGHER ?QUESTION-MARK"
     for c in cuts["train_si284"]:
         s = c.supervisions[0]
         assert s.custom["raw_text"] == fx.raw[c.id] and s.custom["norm_version"] == WSJ_NORM_VERSION
@@ -182,10 +216,19 @@ def test_prepare_complete_corpus(tmp_path, caplog, parents, uppercase):
     assert sorted(again["train_si284"].ids) == sorted(cuts["train_si284"].ids)
 
 
-def test_missing_disc_is_named(tmp_path, caplog):
+def test_missing_disc_is_an_error_unless_a_partial_corpus_is_asked_for(tmp_path, caplog, monkeypatch):
     make_wsj(tmp_path / "wsj", missing_discs=["13-2.1", "11-1.1"])
+    monkeypatch.delenv("ASRKIT_RECIPE_CMD", raising=False)
+    with pytest.raises(WsjError) as e:
+        prepare(tmp_path / "wsj", tmp_path / "m", parts=["train_si284", "train_si84", "test_dev93"])
+    msg = str(e.value)
+    assert "2 disc(s) holding audio of the requested sets are not under" in msg
+    assert "  11-1.1: 2 utterances of train_si284, 2 utterances of train_si84\n" in msg
+    assert "  13-2.1: 1 utterance of train_si284\n" in msg
+    assert "rerun the same asrkit command with --allow-missing-discs" in msg
+    assert not (tmp_path / "m").exists() or not list((tmp_path / "m").iterdir())  # nothing written
     with caplog.at_level(logging.WARNING):
-        cuts = prepare(tmp_path / "wsj", tmp_path / "m", parts=["train_si284"])
+        cuts = prepare(tmp_path / "wsj", tmp_path / "m", parts=["train_si284"], allow_missing_discs=True)
     assert sorted(cuts["train_si284"].ids) == ["40ac0201", "40ac0202", "46ac0201", "46ac0202"]
     assert "missing discs: 11-1.1 (2 utterances), 13-2.1 (1 utterances)" in caplog.text
 

@@ -1,9 +1,10 @@
 """`asrkit cuts`: stage 2 of the recipes. Checks that every utterance's audio decodes (in
 parallel, with progress), and builds long-form windows for the requested parts.
 
-A missing or corrupt audio file is an error naming the utterance and the file, or, with
-``--on-bad skip``, a counted skip: the part's cuts manifest is rewritten (atomically) without
-those utterances and the skipped ids are listed in ``<corpus>_bad_audio_<part>.txt``.
+A missing or corrupt audio file is an error naming the utterance and the file (and how to rerun
+with the skip: in a recipe ``--on_bad skip``), or, with ``--on-bad skip``, a counted skip: the
+part's cuts manifest is rewritten (atomically) without those utterances and the skipped ids are
+listed in ``<corpus>_bad_audio_<part>.txt``.
 """
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ def check_audio(cuts, num_jobs: int = 2, desc: str = "") -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     from asrkit.data.manifests import load_cuts, manifest_path
+    from asrkit.data.prepare import remedy
 
     p = argparse.ArgumentParser(prog="asrkit cuts", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--corpus", required=True)
@@ -67,8 +69,9 @@ def main(argv: list[str] | None = None) -> int:
         if bad:
             listing = "\n  ".join(f"{k}: {v}" for k, v in list(bad.items())[:10])
             if args.on_bad == "raise":
+                hint = remedy("To leave them out", 2, "--on-bad skip", [("--on_bad", "skip")])
                 print(f"asrkit cuts: {len(bad)} utterance(s) of {args.corpus}/{part} have unreadable audio:\n  {listing}\n"
-                      "(rerun with --on-bad skip to drop them)", file=sys.stderr)
+                      f"{hint}", file=sys.stderr)
                 return 1
             logger.warning("%s/%s: dropping %d utterances with unreadable audio:\n  %s", args.corpus, part, len(bad), listing)
             with atomic_write(args.manifest_dir / f"{args.corpus}_bad_audio_{part}.txt") as f:

@@ -6,14 +6,13 @@ exercises the same code path as the real corpus.
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 from typing import Sequence
 
 from lhotse import CutSet
 from lhotse.recipes import prepare_librispeech
 
-from asrkit.data.manifests import part_done, load_cuts, write_part
+from asrkit.data.manifests import prepare_parts, write_part
 
 logger = logging.getLogger(__name__)
 
@@ -22,22 +21,15 @@ MINI_PARTS = ("train", "dev", "test", "test-longform")
 
 
 def _prepare_parts(corpus: str, libri_dir: Path, out_dir: Path, parts: Sequence[str], num_jobs: int) -> dict[str, CutSet]:
-    out: dict[str, CutSet] = {}
-    for part in parts:
-        if part_done(out_dir, corpus, part):
-            logger.info("%s/%s: manifests exist, skipping", corpus, part)
-            out[part] = load_cuts(out_dir, corpus, part)
-            continue
+    def one(part: str) -> CutSet:
         if not (libri_dir / part).is_dir():
             raise FileNotFoundError(f"{corpus}: part directory {libri_dir / part} does not exist")
         # output_dir=None: nothing is written by Lhotse; we write our own files atomically
-        t0 = time.time()
         m = prepare_librispeech(libri_dir, dataset_parts=[part], output_dir=None, num_jobs=num_jobs)[part]
         check_complete(corpus, libri_dir / part, m["recordings"])
-        out[part] = write_part(out_dir, corpus, part, m["recordings"], m["supervisions"])
-        dt = time.time() - t0
-        logger.info("%s/%s: %d files in %.1f s (%.0f files/s, %d jobs)", corpus, part, len(m["recordings"]), dt, len(m["recordings"]) / max(dt, 1e-9), num_jobs)
-    return out
+        return write_part(out_dir, corpus, part, m["recordings"], m["supervisions"])
+
+    return prepare_parts(out_dir, corpus, parts, one, num_jobs=num_jobs)
 
 
 def check_complete(corpus: str, part_dir: Path, recordings) -> None:

@@ -7,8 +7,11 @@ first and cuts last, so a cuts manifest on disk always means the part is complet
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from typing import Callable, Optional, Sequence
 
 from lhotse import CutSet, RecordingSet, SupervisionSet, load_manifest
 
@@ -111,4 +114,39 @@ def load_cuts(out_dir: Path | str, corpus: str, part: str) -> CutSet:
 
 
 def part_done(out_dir: Path | str, corpus: str, part: str) -> bool:
+    """Whether ``part`` is prepared: its cuts manifest (written last, atomically) exists."""
     return manifest_path(out_dir, corpus, "cuts", part).is_file()
+
+
+def prepare_parts(
+    out_dir: Path | str,
+    corpus: str,
+    parts: Sequence[str],
+    prepare_one: Callable[[str], CutSet],
+    start: Optional[Callable[[list[str]], None]] = None,
+    num_jobs: Optional[int] = None,
+) -> dict[str, CutSet]:
+    """The one loop of every corpus preparer: parts already prepared are loaded (and logged as
+    skipped), the others are made by ``prepare_one(part)``, in the order given, each logged with
+    its speed (audio files per second, with ``num_jobs`` workers).
+
+    ``start(pending)``, if given, is called once before the first part is made, with the list of
+    parts to make (not called when every part is already there): the place to open the corpus
+    and to check, for all pending parts at once, that what they need is on disk.
+    """
+    pending = [p for p in parts if not part_done(out_dir, corpus, p)]
+    if pending and start is not None:
+        start(pending)
+    out: dict[str, CutSet] = {}
+    for part in parts:
+        if part in pending:
+            t0 = time.perf_counter()
+            out[part] = prepare_one(part)
+            dt = time.perf_counter() - t0
+            n = len({c.recording_id for c in out[part]})
+            jobs = f", {num_jobs} jobs" if num_jobs else ""
+            logger.info("%s/%s: %d audio files in %.1f s (%.1f files/s%s)", corpus, part, n, dt, n / max(dt, 1e-9), jobs)
+        else:
+            logger.info("%s/%s: manifests exist, skipping", corpus, part)
+            out[part] = load_cuts(out_dir, corpus, part)
+    return out

@@ -8,20 +8,26 @@ Corpus-specific options of the CLI (an option given for another corpus is an err
 
 * WSJ: ``--flac-dir DIR`` (decode the ``.wv1`` files once and cache them there as FLAC; the
   recordings point at the FLAC files), ``--skip-bad-audio`` (drop missing/corrupt audio with a
-  warning instead of failing), ``--keep-train-punctuation`` (keep verbalized punctuation in the
-  training parts' transcripts; the default removes it, as the CAPE paper does for si284),
+  warning instead of failing), ``--allow-missing-discs`` (prepare a partial corpus: the
+  utterances on discs that are not there are left out, with a warning, instead of failing),
+  ``--keep-train-punctuation`` (training transcripts as the test ones: Kaldi's tokens with the
+  marks resolved, instead of the CAPE setting's words of letters and apostrophes),
   ``--no-verify-audio`` (read only the headers), ``--lm-text`` (also write the LM text).
 * TED-LIUM 2/3: ``--pad-segments`` (widen training segments by 0.15 s / 0.1 s as Kaldi's recipe
   does), ``--keep-unk`` (keep ``<unk>`` in the transcripts).
 
 Errors about the corpus on disk (a missing or corrupt file, a missing disc, an unknown part)
-are printed as one ``asrkit prepare: error: ...`` line naming the file, and the exit code is 1.
+are printed as ``asrkit prepare: error: ...`` naming the file, and the exit code is 1. Where an
+option would let preparation go on, the message says how to rerun with it (:func:`remedy`).
 """
 from __future__ import annotations
 
 import argparse
 import importlib
 import logging
+import os
+import re
+import shlex
 import sys
 from pathlib import Path
 from typing import Callable
@@ -36,6 +42,35 @@ CORPORA: dict[str, str] = {
     "tedlium2": "asrkit.data.tedlium:prepare_v2",
     "tedlium3": "asrkit.data.tedlium:prepare_v3",
 }
+
+
+#: environment variable holding the command that reruns the recipe, from the recipe directory
+#: (exported by the recipes' run.sh and by egs/TEMPLATE/asr1/asr.sh)
+RECIPE_CMD_ENV = "ASRKIT_RECIPE_CMD"
+
+
+def _shell_word(value: str) -> str:
+    """``value`` as one shell word, in double quotes when it starts with ``-`` (for the eye)."""
+    if re.fullmatch(r"[\w@%+=:,./-]+", value) and not value.startswith("-"):
+        return value
+    if not set(value) & set('"$`\\!'):
+        return f'"{value}"'
+    return shlex.quote(value)
+
+
+def remedy(what: str, stage: int, cli_option: str, recipe_options: list[tuple[str, str]]) -> str:
+    """One line saying how to rerun with an option that lets a recipe stage go on.
+
+    Run by a recipe stage (``$ASRKIT_RECIPE_CMD`` is set), it is the complete command, to run
+    from the recipe directory: the recipe command as the user gave it, then ``--stage N`` and
+    ``recipe_options`` as ``--name value`` (later options override earlier ones;
+    ``--prepare_args`` accumulates). Otherwise it names the option of the asrkit command.
+    """
+    cmd = os.environ.get(RECIPE_CMD_ENV, "").strip()
+    if cmd:
+        extra = " ".join(f"{name} {_shell_word(value)}" for name, value in recipe_options)
+        return f"{what}, run (from the recipe directory): {cmd} --stage {stage} {extra}"
+    return f"{what}, rerun the same asrkit command with {cli_option}"
 
 
 def get_preparer(corpus: str) -> Callable:
@@ -54,6 +89,7 @@ _CORPUS_OPTIONS: dict[str, tuple[str, ...]] = {
     "longform_minutes": ("mini",),
     "flac_dir": ("wsj",),
     "skip_bad_audio": ("wsj",),
+    "allow_missing_discs": ("wsj",),
     "keep_train_punctuation": ("wsj",),
     "no_verify_audio": ("wsj",),
     "lm_text": ("wsj",),
@@ -90,11 +126,15 @@ def main(argv: list[str] | None = None) -> int:
     g = p.add_argument_group("wsj only")
     g.add_argument("--flac-dir", type=Path, default=None, help="cache the decoded .wv1 audio here as FLAC")
     g.add_argument("--skip-bad-audio", action="store_true", help="drop missing/corrupt audio files (warned) instead of failing")
-    g.add_argument("--keep-train-punctuation", action="store_true", help="keep verbalized punctuation in training transcripts")
+    g.add_argument("--allow-missing-discs", action="store_true",
+                   help="prepare a partial corpus: leave out (warned) the utterances on discs that are not there")
+    g.add_argument("--keep-train-punctuation", action="store_true",
+                   help="training transcripts as the test ones (Kaldi's tokens, marks resolved) instead of the CAPE words")
     g.add_argument("--no-verify-audio", action="store_true", help="read only the SPHERE headers, do not decode every file")
     g.add_argument("--lm-text", action="store_true", help="also write wsj_lm_text.txt.gz (normalized LM training text)")
     g = p.add_argument_group("tedlium2 / tedlium3 only")
-    g.add_argument("--pad-segments", action="store_true", help="widen training segments by 0.15 s / 0.1 s (Kaldi)")
+    g.add_argument("--pad-segments", action="store_true",
+                   help="widen training segments by 0.15 s / 0.1 s as Kaldi's recipe does (overlaps meet halfway)")
     g.add_argument("--keep-unk", action="store_true", help="keep <unk> in the transcripts")
     args = p.parse_args(argv)
     for dest, corpora in _CORPUS_OPTIONS.items():
@@ -108,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
                       test_minutes=args.test_minutes, longform_minutes=args.longform_minutes)
     elif args.corpus == "wsj":
         kwargs.update(flac_dir=args.flac_dir, skip_bad_audio=args.skip_bad_audio,
-                      remove_train_punctuation=not args.keep_train_punctuation,
+                      allow_missing_discs=args.allow_missing_discs,
+                      cape_train_text=not args.keep_train_punctuation,
                       verify_audio=not args.no_verify_audio, lm_text=args.lm_text)
     elif args.corpus.startswith("tedlium"):
         kwargs.update(pad_segments=args.pad_segments, keep_unk=args.keep_unk)

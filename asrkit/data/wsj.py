@@ -18,15 +18,21 @@ test_eval93    13-32.1/wsj1/doc/indices/wsj1/eval/h1_p0.ndx (13_32_1 -> 13_33_1)
 =============  ==============================================================  =========
 
 Speaker 401 of ``11-2.1/wsj0/si_tr_s`` is excluded from the training sets (as Kaldi does).
-Sizes that differ from the real ones are logged as a warning with the reason (discs missing,
-by name and count; files or transcripts missing). A missing index disc is an error.
+A disc that holds audio of the requested sets but is not there is an error naming each missing
+disc and how many utterances of which set it holds, before anything is written; with
+``allow_missing_discs=True`` (``asrkit prepare wsj --allow-missing-discs``) those utterances
+are left out with a warning instead (a partial corpus). A missing index disc is always an
+error. Sizes that differ from the real ones are logged as a warning with the reason (discs
+missing, by name and count; files or transcripts missing).
 
 Transcripts come from the ``.dot`` files (one per speaker session, ``<session>00.dot``, lines
 ``text (uttid)``), normalized by :func:`asrkit.data.wsj_text.normalize_transcript` (version
-:data:`~asrkit.data.wsj_text.WSJ_NORM_VERSION`); training parts drop verbalized punctuation
-by default (``remove_train_punctuation``). The raw text is kept in the supervision's
-``custom["raw_text"]``. Utterances without a transcript are dropped, counted and logged with
-the ``.dot`` file that lacks them.
+:data:`~asrkit.data.wsj_text.WSJ_NORM_VERSION`): Kaldi's ``normalize_transcript.pl`` byte for
+byte, then for the training parts by default the CAPE setting's words of letters and
+apostrophes (``cape_train_text``), for the test parts Kaldi's tokens with the marks resolved.
+The raw text is kept in the supervision's ``custom["raw_text"]``. Utterances without a
+transcript are dropped, counted and logged with the ``.dot`` file that lacks them (Kaldi's
+``find_transcripts.pl`` also only warns).
 
 Audio: ``.wv1`` files are SPHERE with embedded Shorten. Recordings point at them (duration and
 sample count from the SPHERE header) and :mod:`asrkit.data.audio` decodes them in-process. With
@@ -48,7 +54,8 @@ from typing import Optional, Sequence
 
 from lhotse import AudioSource, CutSet, Recording, RecordingSet, SupervisionSegment, SupervisionSet
 
-from asrkit.data.manifests import DropStats, load_cuts, part_done, write_part
+from asrkit.data.manifests import DropStats, prepare_parts, write_part
+from asrkit.data.prepare import remedy
 from asrkit.data.wsj_text import WSJ_NORM_VERSION, normalize_transcript, parse_dot_file, read_lm_text
 
 logger = logging.getLogger(__name__)
@@ -322,6 +329,30 @@ def _run_probes(tasks: list, num_jobs: int) -> list:
 # ------------------------------------------------------------------------- preparation
 
 
+_SKIP_BAD_AUDIO = dict(cli_option="--skip-bad-audio", recipe_options=[("--prepare_args", "--skip-bad-audio")])
+
+
+def missing_discs_error(corpus: WsjCorpus, listings: dict[str, "_SetListing"]) -> Optional[str]:
+    """The message for discs that requested sets need but are not there (``None`` if none are)."""
+    by_disc: dict[str, dict[str, int]] = {}
+    for part, listing in listings.items():
+        for disc, n in listing.missing_discs.items():
+            by_disc.setdefault(disc, {})[part] = n
+    if not by_disc:
+        return None
+    lines = [
+        f"  {disc}: " + ", ".join(f"{n} utterance{'s' * (n != 1)} of {part}" for part, n in parts.items())
+        for disc, parts in sorted(by_disc.items())
+    ]
+    return (
+        f"WSJ: {len(by_disc)} disc(s) holding audio of the requested sets are not under {corpus.corpus_dir} "
+        f"(found: {', '.join(sorted(corpus.discs))}):\n" + "\n".join(lines) + "\n"
+        "Put the missing disc folders under it (up to 4 levels deep, e.g. csr_2_comp/13-2.1). "
+        + remedy("To prepare the discs that are there only (a partial corpus)", 1,
+                 "--allow-missing-discs", [("--prepare_args", "--allow-missing-discs")])
+    )
+
+
 def prepare_part(
     corpus: WsjCorpus,
     part: str,
@@ -330,17 +361,19 @@ def prepare_part(
     verify_audio: bool = True,
     skip_bad_audio: bool = False,
     flac_dir: Optional[Path] = None,
-    remove_train_punctuation: bool = True,
+    cape_train_text: bool = True,
     noise_word: str = "<NOISE>",
+    listing: Optional["_SetListing"] = None,
 ) -> CutSet:
-    listing = corpus.list_set(part)
+    listing = listing or corpus.list_set(part)
     stats = DropStats()
     if listing.missing_files:
         msg = "; ".join(f"{u}: {p}" for u, p in listing.missing_files[:10])
         if not skip_bad_audio:
             raise FileNotFoundError(
                 f"WSJ {part}: {len(listing.missing_files)} audio file(s) listed in the index are missing "
-                f"on discs that are present, e.g. {msg} (skip_bad_audio=True drops them)"
+                f"on discs that are present, e.g. {msg}\n"
+                + remedy("To leave them out", 1, **_SKIP_BAD_AUDIO)
             )
         for u, _ in listing.missing_files:
             stats.add("audio file missing", u)
@@ -354,7 +387,7 @@ def prepare_part(
             ", ".join(f"{d} ({n})" for d, n in sorted(listing.missing_discs.items())),
         )
     # transcripts first (cheap), so that audio work is done only for usable utterances
-    drop_punct = remove_train_punctuation and part.startswith("train")
+    cape = cape_train_text and part.startswith("train")
     entries, sups = [], {}
     missing_tr: dict[str, list[str]] = {}
     for e in listing.entries:
@@ -370,7 +403,7 @@ def prepare_part(
             start=0.0,
             duration=0.0,  # set from the audio below
             channel=0,
-            text=normalize_transcript(raw, noise_word=noise_word, drop_punctuation=drop_punct),
+            text=normalize_transcript(raw, noise_word=noise_word, cape=cape),
             language="English",
             speaker=e.uttid[:3],
             custom={"raw_text": raw, "norm_version": WSJ_NORM_VERSION},
@@ -401,7 +434,10 @@ def prepare_part(
         sups[uttid] = dataclasses.replace(sups[uttid], duration=n / sr)
     if bad:
         if not skip_bad_audio:
-            raise WsjError(f"WSJ {part}: {len(bad)} unreadable or corrupt audio file(s):\n  " + "\n  ".join(bad[:10]))
+            raise WsjError(
+                f"WSJ {part}: {len(bad)} unreadable or corrupt audio file(s):\n  " + "\n  ".join(bad[:10]) + "\n"
+                + remedy("To leave them out", 1, **_SKIP_BAD_AUDIO)
+            )
         logger.warning("WSJ %s: dropped %d utterances with bad audio:\n  %s", part, len(bad), "\n  ".join(bad[:10]))
     shortfall = _describe_shortfall(listing, len(recordings))
     if shortfall:
@@ -447,8 +483,9 @@ def prepare(
     verify_audio: bool = True,
     skip_bad_audio: bool = False,
     flac_dir: Optional[Path | str] = None,
-    remove_train_punctuation: bool = True,
+    cape_train_text: bool = True,
     lm_text: bool = False,
+    allow_missing_discs: bool = False,
     **_unused,
 ) -> dict[str, CutSet]:
     """Prepare WSJ parts (default ``train_si284``, ``test_dev93``, ``test_eval92``; also
@@ -461,16 +498,20 @@ def prepare(
         if p not in WSJ_SETS:
             raise ValueError(f"unknown WSJ part {p!r}; valid: {', '.join(WSJ_SETS)}")
     corpus: Optional[WsjCorpus] = None
-    out: dict[str, CutSet] = {}
-    for part in parts:
-        if part_done(out_dir, CORPUS, part):
-            logger.info("wsj/%s: manifests exist, skipping", part)
-            out[part] = load_cuts(out_dir, CORPUS, part)
-            continue
-        if corpus is None:
-            corpus = WsjCorpus(corpus_dir)
-            logger.info("WSJ: found discs %s", ", ".join(sorted(corpus.discs)))
-        out[part] = prepare_part(
+    listings: dict[str, _SetListing] = {}
+
+    def start(pending: list[str]) -> None:
+        nonlocal corpus
+        corpus = WsjCorpus(corpus_dir)
+        logger.info("WSJ: found discs %s", ", ".join(sorted(corpus.discs)))
+        listings.update({p: corpus.list_set(p) for p in pending})
+        msg = missing_discs_error(corpus, listings)
+        if msg and not allow_missing_discs:
+            raise WsjError(msg)
+
+    def one(part: str) -> CutSet:
+        assert corpus is not None
+        return prepare_part(
             corpus,
             part,
             out_dir,
@@ -478,8 +519,11 @@ def prepare(
             verify_audio=verify_audio,
             skip_bad_audio=skip_bad_audio,
             flac_dir=None if flac_dir is None else Path(flac_dir),
-            remove_train_punctuation=remove_train_punctuation,
+            cape_train_text=cape_train_text,
+            listing=listings[part],
         )
+
+    out = prepare_parts(out_dir, CORPUS, parts, one, start, num_jobs=num_jobs)
     if lm_text:
         lm_file = out_dir / "wsj_lm_text.txt.gz"
         if not lm_file.is_file():

@@ -1,48 +1,74 @@
 """WSJ transcript handling: ``.dot`` files, Kaldi-equivalent normalization, LM text (``.Z``).
 
-Normalization (:func:`normalize_transcript`, version :data:`WSJ_NORM_VERSION`) runs in three
-layers, each a documented function:
+Normalization (:func:`normalize_transcript`, version :data:`WSJ_NORM_VERSION`) runs in layers,
+each a documented function:
 
 1. :func:`kaldi_normalize` -- exactly what Kaldi's ``egs/wsj/s5/local/normalize_transcript.pl``
-   does, word by word (re-implemented from its behaviour):
+   does, word by word and byte for byte (re-implemented from its behaviour; the tests compare
+   with the script's own output):
 
-   * upper-case; remove backslashes (``isn\\'t`` -> ``ISN'T``, ``I\\.`` -> ``I.``);
+   * words are split at ASCII white space only (space, tab, CR, LF, FF, VT: Perl's ``split " "``
+     on bytes), so a no-break space (0xA0) stays inside a word;
+   * upper-case ``a-z`` only: other characters (``ß``, ``µ``, ``é`` ...) are kept as they are
+     (Perl's ``tr:a-z:A-Z:``; Python's ``upper()`` would turn ``ß`` into ``SS``);
+   * remove backslashes (``isn\\'t`` -> ``ISN'T``, ``I\\.`` -> ``I.``);
    * ``%PERCENT`` -> ``PERCENT`` and ``.POINT`` -> ``POINT`` (spoken words, Nov'93 style);
    * delete noise *boundary* markers: ``[<door_slam]`` (noise in the previous word),
      ``[door_slam>]`` (in the next word), ``[phone_ring/]`` / ``[/phone_ring]`` (start / end of
      a long noise);
    * delete ``~`` (utterance truncation) and ``.`` (a pause) when they stand alone;
    * any other token containing ``[word]`` (``[loud_breath]``, ``[misc_noise]``) -> the noise
-     word, ``<NOISE>`` by default;
+     word, ``<NOISE>`` by default; "word" means ASCII letters, digits and ``_``, so
+     ``[loud-breath]`` and ``[<tap>]`` are *not* noise to Kaldi and stay as they are;
    * ``<word>`` (a word the reader was asked to delete but said) -> ``word``;
    * ``--DASH`` -> ``-DASH`` (the CMU dictionary spelling).
 
    Everything else is kept as it is: verbalized punctuation (``,COMMA``), mispronunciation
    marks (``*WORD*``), lengthening colons (``SO:``) and word fragments (``REVO(LUTION)-``).
 
-2. :func:`clean_marks` (asrkit, on by default) -- the marks Kaldi leaves for its lexicon to map
-   to ``<SPOKEN_NOISE>``, resolved so that a character/subword model never sees them:
-   ``*WORD*`` -> ``WORD``; ``:`` inside a word is removed (``SO:`` -> ``SO``; ``:COLON`` is kept);
-   fragments keep their spoken part and the hyphen (``REVO(LUTION)-`` -> ``REVO-``,
-   ``(IN)TERESTING`` -> ``TERESTING``); ``~`` attached to a word is removed; tokens that become
-   empty are dropped.
+2. :func:`clean_marks` (asrkit, used for the test sets) -- the marks Kaldi leaves for its
+   lexicon to map to ``<SPOKEN_NOISE>``, resolved: ``*WORD*`` -> ``WORD``; ``:`` inside a word
+   is removed (``SO:`` -> ``SO``); fragments keep their spoken part and the hyphen
+   (``REVO(LUTION)-`` -> ``REVO-``, ``(IN)TERESTING`` -> ``TERESTING``); ``~`` attached to a
+   word is removed; tokens that become empty are dropped. The noise word and verbalized
+   punctuation (:func:`is_punctuation_token`) are kept.
 
-3. :func:`remove_punctuation` (optional; the CAPE paper's choice for training on si284) --
-   drop verbalized punctuation tokens (:data:`PUNCTUATION_TOKENS`, e.g. ``,COMMA``,
-   ``"DOUBLE-QUOTE``, ``.PERIOD``, ``-DASH``), which only occur in the verbalized-punctuation
-   (vp) part of the training data. Contractions (``'S``, ``'EM``) are words, not punctuation.
+3. :func:`cape_words` (the CAPE setting, used for the training sets by default) -- what the
+   acoustic model is trained on: **words of letters and apostrophes only** (each word matches
+   ``[A-Z']*[A-Z][A-Z']*``), so that nothing but spoken words reaches a letter tokenizer:
 
-Version history: 1 -- the above.
+   * dropped: the noise word; every token holding ``[ ] < > { }`` (noise and markup Kaldi
+     leaves, e.g. ``[LOUD-BREATH]``, ``[<TAP>]``); verbalized punctuation and formatting words
+     and fragments of them (:func:`is_punctuation_token`: ``,COMMA``, ``(BRACKET``,
+     ``)CLOSE_PAREN``, ``$DOLLAR-SIGN``, ``-EM-DASH``, ```SINGLE-QUOTE``,
+     ``'CLOSE-SINGLE-QUOTE``, ``~NEW-PARAGRAPH``, ``.PER(IOD)-``, ``-(PER)IOD`` ...);
+     tokens without a letter (``...``, ``'``);
+   * kept and cleaned: the spoken part of a fragment (``REVO(LUTION)-`` -> ``REVO``,
+     ``(IN)TERESTING`` -> ``TERESTING``; a token that is all in parentheses was not spoken and
+     is dropped), mispronounced words (``*AMORTIZE*`` -> ``AMORTIZE``), lengthened ones
+     (``SO:`` -> ``SO``, ``M:ONEY`` -> ``MONEY``), a back-quote typed for an apostrophe
+     (``REPUBLICBANK`S`` -> ``REPUBLICBANK'S``), ``~`` attached to a word removed;
+   * then every other character that is not a letter or an apostrophe separates words:
+     ``MR.`` -> ``MR``, ``U.S.`` -> ``U S``, ``LONG-TERM`` -> ``LONG TERM``; pieces without a
+     letter are dropped. The spoken words ``PERCENT`` and ``POINT`` (from ``%PERCENT``,
+     ``.POINT``) are words; contractions (``'S``, ``'EM``, ``'N'``) are words.
+
+   The test sets (nov'92, nov'93: non-verbalized punctuation) keep layer 2, so that scoring
+   sees Kaldi's tokens; the scorer's own ``wsj`` normalizer removes the noise word and tags.
+
+Version history: 1 -- Kaldi + clean marks (+ a list of punctuation words for training);
+2 -- Kaldi byte for byte (ASCII upper-casing and white space), the CAPE setting as above.
 """
 from __future__ import annotations
 
 import gzip
 import io
 import re
+import string
 from pathlib import Path
 from typing import Iterable, Iterator, Union
 
-WSJ_NORM_VERSION = 1
+WSJ_NORM_VERSION = 2
 NOISE_WORD = "<NOISE>"
 
 _A = re.ASCII
@@ -54,38 +80,22 @@ _DEL_PATTERNS = (
 )
 _NOISE = re.compile(r"\[\w+\]", _A)
 _VERBAL_DELETION = re.compile(r"^<([\w']+)>$", _A)
-
-#: verbalized punctuation words of the WSJ vp transcripts (the CMU dictionary's spellings),
-#: after :func:`kaldi_normalize` (so ``--DASH`` appears as ``-DASH``; ``%PERCENT`` and
-#: ``.POINT`` are spoken words and became ``PERCENT`` / ``POINT``).
-PUNCTUATION_TOKENS = frozenset(
-    """
-    !EXCLAMATION-POINT "CLOSE-QUOTE "DOUBLE-QUOTE "END-OF-QUOTE "END-QUOTE "IN-QUOTES "QUOTE
-    "UNQUOTE #SHARP-SIGN &AMPERSAND 'APOSTROPHE 'CLOSE-QUOTE 'END-INNER-QUOTE 'END-QUOTE
-    'INNER-QUOTE 'QUOTE 'SINGLE-QUOTE (BEGIN-PARENS (IN-PARENTHESES (LEFT-PAREN
-    (OPEN-PARENTHESES (PAREN (PARENS (PARENTHESES )CLOSE-PAREN )CLOSE-PARENTHESES )END-PAREN
-    )END-PARENS )END-PARENTHESES )END-THE-PAREN )PAREN )PARENS )RIGHT-PAREN )UN-PARENTHESES
-    +PLUS ,COMMA --DASH -DASH -HYPHEN ...ELLIPSIS .DECIMAL .DOT .FULL-STOP .PERIOD /SLASH
-    :COLON ;SEMI-COLON ;SEMICOLON ?QUESTION-MARK {BRACE {LEFT-BRACE {OPEN-BRACE }CLOSE-BRACE
-    }RIGHT-BRACE
-    """.split()
-)
-# other spellings of the same kind: punctuation characters, then a capitalized name
-_PUNCT_LIKE = re.compile(r'^[!"#&,./:;?{}+]+[A-Z][A-Z-]*[A-Z]$', _A)
+_PERL_SPACE = re.compile(r"[ \t\n\r\f\v]+")  # Perl's \s on bytes: ASCII white space only
+_UPPER = str.maketrans(string.ascii_lowercase, string.ascii_uppercase)
 
 
-def is_punctuation_token(w: str) -> bool:
-    """Whether ``w`` (upper case) is a verbalized punctuation word like ``,COMMA``."""
-    return w in PUNCTUATION_TOKENS or bool(_PUNCT_LIKE.match(w))
+def split_words(text: str) -> list[str]:
+    """Split at ASCII white space only, as Perl's ``split(" ", $line)`` does on bytes."""
+    return [w for w in _PERL_SPACE.split(text) if w]
 
 
 def kaldi_normalize(words: Union[str, Iterable[str]], noise_word: str = NOISE_WORD) -> list[str]:
     """Kaldi's WSJ ``normalize_transcript.pl``, word by word (see the module docstring)."""
     if isinstance(words, str):
-        words = words.split()
+        words = split_words(words)
     out = []
     for w in words:
-        w = w.upper().replace("\\", "")
+        w = w.translate(_UPPER).replace("\\", "")
         if w == "%PERCENT":
             w = "PERCENT"
         elif w == ".POINT":
@@ -103,6 +113,39 @@ def kaldi_normalize(words: Union[str, Iterable[str]], noise_word: str = NOISE_WO
         else:
             out.append(w)
     return out
+
+
+# characters that start a verbalized punctuation or formatting word (",COMMA", "~NEW-GRAPH");
+# the apostrophe, "*" and "(" are handled apart: they also start words and word fragments
+_PUNCT_LEAD = frozenset('!"#$%&)+,-./:;=?@\\^_`{|}~')
+_MISPRONOUNCED = re.compile(r"^\*[^*]+\*$")
+
+
+def _has_letter(w: str) -> bool:
+    return any("A" <= c <= "Z" or "a" <= c <= "z" for c in w)
+
+
+def is_punctuation_token(w: str) -> bool:
+    """Whether the (Kaldi-normalized) token ``w`` is a verbalized punctuation or formatting word,
+    or a fragment of one: a letter-bearing token that starts with a punctuation character
+    (``,COMMA``, ``-DASH``, ``)CLOSE_PAREN``, ``$DOLLAR-SIGN``, ```SINGLE-QUOTE``, ``~NEW-GRAPH``,
+    ``.PER(IOD)-``, ``-(PER)IOD``), ``(NAME`` without a closing parenthesis (``(PAREN``;
+    ``(IN)TERESTING`` is a word fragment), ``*NAME`` without a closing star (``*AMORTIZE*`` is a
+    mispronounced word), and ``'NAME`` where NAME names a quote or the apostrophe
+    (``'SINGLE-QUOTE``; ``'EM``, ``'S``, ``'N'`` are words)."""
+    if not w or not _has_letter(w):
+        return False
+    c = w[0]
+    if c in _PUNCT_LEAD:
+        return True
+    if c == "(":
+        return ")" not in w
+    if c == "*":
+        return not _MISPRONOUNCED.match(w)
+    if c == "'":
+        name = w.upper()
+        return "QUOTE" in name or "APOSTROPHE" in name
+    return False
 
 
 _PAREN = re.compile(r"\([^()]*\)")
@@ -124,35 +167,47 @@ def clean_marks(words: Iterable[str], noise_word: str = NOISE_WORD) -> list[str]
     return out
 
 
-def remove_punctuation(words: Iterable[str]) -> list[str]:
-    """Drop verbalized punctuation words (``,COMMA``, ``"DOUBLE-QUOTE``, ...)."""
-    return [w for w in words if not is_punctuation_token(w)]
+_MARKUP = frozenset("[]<>{}")
+_NOT_WORD_CHAR = re.compile(r"[^A-Z']+")
+
+
+def cape_words(words: Iterable[str], noise_word: str = NOISE_WORD) -> list[str]:
+    """The CAPE setting's training text: words of letters and apostrophes (module docstring)."""
+    out: list[str] = []
+    for w in words:
+        if w == noise_word or _MARKUP.intersection(w) or is_punctuation_token(w):
+            continue
+        w = _PAREN.sub("", w).replace("`", "'")
+        w = w.replace("*", "").replace(":", "").replace("~", "")
+        out.extend(p for p in _NOT_WORD_CHAR.split(w) if _has_letter(p))
+    return out
 
 
 def normalize_transcript(
     text: str,
     noise_word: str = NOISE_WORD,
     clean: bool = True,
-    drop_punctuation: bool = False,
+    cape: bool = False,
     version: int = WSJ_NORM_VERSION,
 ) -> str:
     """Normalize one raw ``.dot`` transcript (without its ``(uttid)``); see the module docstring.
 
-    ``clean=False, drop_punctuation=False`` gives Kaldi's output exactly.
+    ``clean=False, cape=False`` gives Kaldi's output exactly; ``cape=True`` the CAPE setting's
+    words of letters and apostrophes (``clean`` is then irrelevant).
     """
     if version != WSJ_NORM_VERSION:
         raise ValueError(f"WSJ normalization version {version} is not implemented (have {WSJ_NORM_VERSION})")
     words = kaldi_normalize(text, noise_word)
-    if clean:
+    if cape:
+        words = cape_words(words, noise_word)
+    elif clean:
         words = clean_marks(words, noise_word)
-    if drop_punctuation:
-        words = remove_punctuation(words)
     return " ".join(words)
 
 
 # --------------------------------------------------------------------------- .dot files
 
-_DOT_LINE = re.compile(r"^(.*)\((\w+)\)\s*$")
+_DOT_LINE = re.compile(r"^(.*)\((\w+)\)[ \t\r\f\v]*$", re.ASCII)
 
 
 def parse_dot_file(path: Union[str, Path]) -> dict[str, str]:
@@ -164,12 +219,12 @@ def parse_dot_file(path: Union[str, Path]) -> dict[str, str]:
     with open(path, "rb") as f:
         for n, raw in enumerate(f, 1):
             line = raw.decode("latin-1").rstrip("\r\n")
-            if not line.strip():
+            if not line.strip(" \t\r\f\v"):
                 continue
             m = _DOT_LINE.match(line)
             if not m:
                 raise ValueError(f"{path}:{n}: transcript line without a trailing (uttid): {line[:80]!r}")
-            out[m.group(2).lower()] = m.group(1).strip()
+            out[m.group(2).lower()] = m.group(1).strip(" \t\r\f\v")
     return out
 
 

@@ -38,21 +38,26 @@ SPEAKERS = [
     ("eval93", "wsj1", "13-33.1", "wsj1/si_et_h1/wsj64k", "4k8", ["4k8c0401"]),
 ]
 
-#: raw .dot transcripts (as the readers' prompts were transcribed), used in order
+#: raw .dot transcripts, used in order. The first two are real WSJ1 lines (4k2c0308, 4k2c030a),
+#: as quoted in Kaldi's egs/wsj/s5/local/normalize_transcript.pl; the others were written for
+#: this fixture and carry the real markers of the inventories in tests/corpora/wsj_inventories.py
+#: (noise and boundary markers, [LOUD-BREATH], [<TAP>], fragments, verbalized punctuation in its
+#: backslash-quoted raw form, REPUBLICBANK\`S, M:ONEY, <D>, ~NEW-GRAPH, $DOLLAR-SIGN ...).
 TRANSCRIPTS = [
     "Of course there isn\\'t any guarantee the company will keep its hot hand [misc_noise]",
-    "[loud_breath] And new hardware such as the set of personal computers I\\. B\\. M\\. introduced last week",
-    "The rate fell to six %PERCENT in November nineteen eighty six .PERIOD",
-    "Mister Smith ,COMMA who declined to comment ,COMMA said \"DOUBLE-QUOTE it was fine \"END-QUOTE",
+    "[loud_breath] And new hardware such as the set of personal computers I\\. B\\. M\\. introduced last week "
+    "can lead to unexpected changes in the software business [door_slam]",
+    "The rate fell to six \\%PERCENT in November nineteen eighty six \\.PERIOD",
+    'Mister Smith \\,COMMA who declined to comment \\,COMMA said \\"DOUBLE\\-QUOTE it was fine \\"END\\-QUOTE',
     "It was a *mispronunced* word and a lengthened so: sound ~",
-    "This one has a [<door_slam] boundary noise and a REVO(LUTION)- fragment",
-    "Prices rose three .POINT five %PERCENT [phone_ring/] today [/phone_ring]",
-    "He said <and> then left . quickly --DASH really",
-    "Sales of the company\\'s units rose [lip_smack] in the third quarter",
-    "The index (LEFT-PAREN which fell )RIGHT-PAREN closed higher ?QUESTION-MARK",
-    "A deal [door_slam>] was reached with A. T. and T. late yesterday",
-    "Analysts said the move was widely expected ;SEMI-COLON others disagreed",
-    "Nothing special in this sentence about the bond market",
+    "[LOUD-BREATH] This one has a [<door_slam] boundary noise and a REVO(LUTIONARY)- fragment",
+    "Prices rose three \\.POINT five \\%PERCENT [phone_ring/] today [/phone_ring] \\.PER(IOD)- -(PER)IOD",
+    "He said <and> then left . quickly \\-\\-DASH really [<TAP>]",
+    "Sales of REPUBLICBANK\\`S units rose [lip_smack] in the third quarter \\~NEW\\-GRAPH",
+    "The index \\(LEFT\\-PAREN which fell \\)CLOSE_PAREN closed higher \\?QUESTION\\-MARK",
+    "A deal [door_slam>] was reached with A\\. T\\. and T\\. late yesterday \\$DOLLAR\\-SIGN",
+    'Analysts said the M:ONEY move was widely expected \\;SEMI\\-COLON \\"OPEN\\-QUOTES others disagreed \\"CLOSE\\-QUOTES',
+    "Nothing special in this <D> sentence about the bond market",
 ]
 
 INDEX_FILES = {

@@ -20,7 +20,8 @@ train_sets=        # space-separated parts
 dev_set=
 test_sets=
 longform_sets=     # parts to cut into 10..45 s windows (decoded as <part>-longform<W>)
-prepare_args=      # extra args for `asrkit prepare`
+prepare_args=      # extra args for `asrkit prepare` (given several times, all are passed)
+on_bad=raise       # stage 2, audio that does not decode: raise | skip (drop those utterances)
 manifest_dir=data/manifests
 token_type=letters # letters | bpe | unigram
 nbpe=256
@@ -39,7 +40,11 @@ num_nodes=1        # >1: multi-node through cmd.sh's backend
 nj=2
 force=false        # true: rerun stages even if their .done marker exists
 
-__asrkit_opts="stage stop_stage corpus corpus_dir train_sets dev_set test_sets longform_sets prepare_args manifest_dir token_type nbpe train_config train_args expdir tag decode_args checkpoint average_num average_by lm_order lm_text ngpu num_nodes nj force"
+__asrkit_opts="stage stop_stage corpus corpus_dir train_sets dev_set test_sets longform_sets prepare_args on_bad manifest_dir token_type nbpe train_config train_args expdir tag decode_args checkpoint average_num average_by lm_order lm_text ngpu num_nodes nj force"
+__asrkit_append_opts="prepare_args"
+# how to rerun this recipe from its directory, for the remedies that error messages print
+# (run.sh exports its own command line; called directly, this script's)
+export ASRKIT_RECIPE_CMD=${ASRKIT_RECIPE_CMD:-$(printf '%q ' "$0" "$@")}
 . "$(dirname "${BASH_SOURCE[0]}")/utils/parse_options.sh"
 [ $# -eq 0 ] || { echo "$0: unexpected argument(s): $*" >&2; exit 2; }
 
@@ -77,7 +82,7 @@ fi
 if run_stage 2 $markers "manifests: audio check, long-form windows"; then
     # shellcheck disable=SC2086
     asrkit cuts --corpus "$corpus" --manifest-dir "$manifest_dir" --parts $all_sets --num-jobs "$nj" \
-        ${longform_sets:+--longform $longform_sets}
+        --on-bad "$on_bad" ${longform_sets:+--longform $longform_sets}
     finish_stage 2 $markers
 fi
 

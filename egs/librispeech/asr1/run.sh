@@ -11,9 +11,12 @@
 #   ./run.sh --train_set train-clean-100           train on 100 h (experiment tag train_clean100)
 #   ./run.sh --stage 4 --tag cape --train_args "encoder.pos_enc=cape encoder.pos.max_scale=2.0"
 # Recipe option (parsed here): --train_set train-960 | train-clean-460 | train-clean-100.
-# Every option of ../../TEMPLATE/asr1/asr.sh may be given too (they override the ones set here).
+# Every option of ../../TEMPLATE/asr1/asr.sh may be given too (they override the ones set here;
+# --prepare_args adds to the recipe's own).
 set -euo pipefail
 cd "$(dirname "$0")"
+# the command line as given, for the remedies error messages print ("run: ./run.sh ... --stage N ...")
+export ASRKIT_RECIPE_CMD="./run.sh$(printf ' %q' "$@")"
 
 train_set=train-960
 args=()

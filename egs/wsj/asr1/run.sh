@@ -6,9 +6,13 @@
 #   ./run.sh                                       all stages (finished ones are skipped)
 #   ./run.sh --stage 1 --stop_stage 2              data preparation only
 #   ./run.sh --stage 4 --tag cape --train_args "encoder.pos_enc=cape encoder.pos.max_scale=1.1"
-# Every option of ../../TEMPLATE/asr1/asr.sh may be given (they override the ones set here).
+#   ./run.sh --prepare_args "--allow-missing-discs"   a partial corpus (utterances of missing discs left out)
+# Every option of ../../TEMPLATE/asr1/asr.sh may be given (they override the ones set here;
+# --prepare_args adds to the recipe's own, e.g. --prepare_args "--allow-missing-discs").
 set -euo pipefail
 cd "$(dirname "$0")"
+# the command line as given, for the remedies error messages print ("run: ./run.sh ... --stage N ...")
+export ASRKIT_RECIPE_CMD="./run.sh$(printf ' %q' "$@")"
 . ./db.sh
 . ./path.sh
 [ -d "$WSJ" ] || echo "$0: note: WSJ=$WSJ does not exist; stage 1 needs the corpus there (see db.sh)" >&2

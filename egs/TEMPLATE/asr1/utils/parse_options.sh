@@ -3,6 +3,7 @@
 #   --stage 3 --stop_stage 5 --foo-bar x   sets stage=3, stop_stage=5, foo_bar=x
 # Both --foo_bar and --foo-bar are accepted. An option whose variable is not already defined by the
 # script is an error (typos never pass silently). `--help` prints the script's header and options.
+# Options named in $__asrkit_append_opts accumulate: each value is appended (space-separated).
 # Remaining (positional) arguments are left in "$@".
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -24,6 +25,9 @@ while [ $# -gt 0 ]; do
         [ -n "${__asrkit_opts:-}" ] && echo "valid options: $(for v in $__asrkit_opts; do printf -- '--%s ' "$v"; done)" >&2
         exit 2
     fi
+    case " ${__asrkit_append_opts:-} " in
+    *" $__name "*) [ -z "${!__name}" ] || __val="${!__name} $__val" ;;
+    esac
     printf -v "$__name" '%s' "$__val"
 done
 unset __name __val __v
