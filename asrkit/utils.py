@@ -1,9 +1,11 @@
-"""Small shared helpers: atomic file writes, logging set-up."""
+"""Small shared helpers: atomic file writes, logging set-up, remedies printed by errors."""
 from __future__ import annotations
 
 import contextlib
 import logging
 import os
+import re
+import shlex
 import tempfile
 from pathlib import Path
 from typing import IO, Iterator, Union
@@ -89,3 +91,32 @@ def setup_logging(log_file: Pathlike | None = None, level: int = logging.INFO) -
         handlers=handlers,
         force=True,
     )
+
+
+#: environment variable holding the command that reruns the recipe, from the recipe directory
+#: (exported by the recipes' run.sh and by egs/TEMPLATE/asr1/asr.sh)
+RECIPE_CMD_ENV = "ASRKIT_RECIPE_CMD"
+
+
+def _shell_word(value: str) -> str:
+    """``value`` as one shell word, in double quotes when it starts with ``-`` (for the eye)."""
+    if re.fullmatch(r"[\w@%+=:,./-]+", value) and not value.startswith("-"):
+        return value
+    if not set(value) & set('"$`\\!'):
+        return f'"{value}"'
+    return shlex.quote(value)
+
+
+def remedy(what: str, stage: int, cli_option: str, recipe_options: list[tuple[str, str]]) -> str:
+    """One line saying how to rerun with an option that lets a recipe stage go on.
+
+    Run by a recipe stage (``$ASRKIT_RECIPE_CMD`` is set), it is the complete command, to run
+    from the recipe directory: the recipe command as the user gave it, then ``--stage N`` and
+    ``recipe_options`` as ``--name value`` (later options override earlier ones;
+    ``--prepare_args`` accumulates). Otherwise it names the option of the asrkit command.
+    """
+    cmd = os.environ.get(RECIPE_CMD_ENV, "").strip()
+    if cmd:
+        extra = " ".join(f"{name} {_shell_word(value)}" for name, value in recipe_options)
+        return f"{what}, run (from the recipe directory): {cmd} --stage {stage} {extra}"
+    return f"{what}, rerun the same asrkit command with {cli_option}"

@@ -51,7 +51,7 @@ def check_audio(cuts, num_jobs: int = 2, desc: str = "") -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     from asrkit.data.manifests import load_cuts, manifest_path
-    from asrkit.data.prepare import remedy
+    from asrkit.utils import remedy
 
     p = argparse.ArgumentParser(prog="asrkit cuts", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--corpus", required=True)

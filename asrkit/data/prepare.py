@@ -25,9 +25,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
-import os
-import re
-import shlex
 import sys
 from pathlib import Path
 from typing import Callable
@@ -42,35 +39,6 @@ CORPORA: dict[str, str] = {
     "tedlium2": "asrkit.data.tedlium:prepare_v2",
     "tedlium3": "asrkit.data.tedlium:prepare_v3",
 }
-
-
-#: environment variable holding the command that reruns the recipe, from the recipe directory
-#: (exported by the recipes' run.sh and by egs/TEMPLATE/asr1/asr.sh)
-RECIPE_CMD_ENV = "ASRKIT_RECIPE_CMD"
-
-
-def _shell_word(value: str) -> str:
-    """``value`` as one shell word, in double quotes when it starts with ``-`` (for the eye)."""
-    if re.fullmatch(r"[\w@%+=:,./-]+", value) and not value.startswith("-"):
-        return value
-    if not set(value) & set('"$`\\!'):
-        return f'"{value}"'
-    return shlex.quote(value)
-
-
-def remedy(what: str, stage: int, cli_option: str, recipe_options: list[tuple[str, str]]) -> str:
-    """One line saying how to rerun with an option that lets a recipe stage go on.
-
-    Run by a recipe stage (``$ASRKIT_RECIPE_CMD`` is set), it is the complete command, to run
-    from the recipe directory: the recipe command as the user gave it, then ``--stage N`` and
-    ``recipe_options`` as ``--name value`` (later options override earlier ones;
-    ``--prepare_args`` accumulates). Otherwise it names the option of the asrkit command.
-    """
-    cmd = os.environ.get(RECIPE_CMD_ENV, "").strip()
-    if cmd:
-        extra = " ".join(f"{name} {_shell_word(value)}" for name, value in recipe_options)
-        return f"{what}, run (from the recipe directory): {cmd} --stage {stage} {extra}"
-    return f"{what}, rerun the same asrkit command with {cli_option}"
 
 
 def get_preparer(corpus: str) -> Callable:

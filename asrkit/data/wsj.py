@@ -55,7 +55,7 @@ from typing import Optional, Sequence
 from lhotse import AudioSource, CutSet, Recording, RecordingSet, SupervisionSegment, SupervisionSet
 
 from asrkit.data.manifests import DropStats, prepare_parts, write_part
-from asrkit.data.prepare import remedy
+from asrkit.utils import remedy
 from asrkit.data.wsj_text import WSJ_NORM_VERSION, normalize_transcript, parse_dot_file, read_lm_text
 
 logger = logging.getLogger(__name__)
