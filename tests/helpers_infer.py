@@ -102,9 +102,11 @@ def tone_oracle(**transcriber_options):
     return Transcriber(oracle, cfg, oracle.tok, **transcriber_options)
 
 
-def random_exp(root: Path, overrides: list[str], name: str = "rand", seed: int = 0) -> Path:
+def random_exp(root: Path, overrides: list[str], name: str = "rand", seed: int = 0, boundary_bias: float = 0.0) -> Path:
     """An experiment dir with one checkpoint of a randomly initialized model (``conf/ctc_tiny.yaml``
-    + ``overrides``) and a letters tokenizer at a path relative to ``root`` (the recipe dir)."""
+    + ``overrides``) and a letters tokenizer at a path relative to ``root`` (the recipe dir).
+    ``boundary_bias`` > 0: CTC head weights x 4 and that bias on the word boundary ``|``, so the
+    random model writes many short "words" (gaps between words for chunk merging)."""
     import torch
 
     from asrkit.checkpoint import save_checkpoint
@@ -118,6 +120,10 @@ def random_exp(root: Path, overrides: list[str], name: str = "rand", seed: int =
     cfg = load_config(ROOT / "conf" / "ctc_tiny.yaml", ["tokens.path=data/tokens/letters.json", *overrides])
     torch.manual_seed(seed)
     model = build_model(cfg, tok.vocab_size)
+    if boundary_bias:
+        with torch.no_grad():
+            model.ctc_head.weight.mul_(4.0)
+            model.ctc_head.bias[tok.word_boundary_id] += boundary_bias
     exp = root / "exp" / name
     save_checkpoint(exp, "step-00000001", {"model": model.state_dict(), "config": to_dict(cfg), "vocab": tok.tokens,
                                            "step": 1})

@@ -120,3 +120,15 @@ def test_merge_without_common_gap_splits_by_midpoint():
     assert not found and t == 8.5
     # the chunks disagree about this stretch; each word goes to the side of its midpoint, once
     assert [w.word for w in merge_chunks([c1, c2], [left, right], 0.04)] == ["Z"]
+
+
+def test_boundaries_at_the_ends_are_optional():
+    """A transcript drops a leading / trailing word boundary the best path has; with ``edge`` the
+    alignment keeps the path's own runs."""
+    tok = CharTokenizer()
+    a, wb = tok.encode("a")[0], tok.word_boundary_id
+    labels = [wb, 0, a, a, 0, wb, a, a, 0, wb, wb]  # | a | a ||  -> "A A"
+    lp = torch.log_softmax(8 * torch.nn.functional.one_hot(torch.tensor(labels), tok.vocab_size).float(), -1)
+    ids = tok.encode("a a")
+    assert ctc_align(lp, ids, edge=wb) == [(2, 3), (5, 5), (6, 7)]
+    assert ctc_align(lp[:2], ids, edge=wb) is None

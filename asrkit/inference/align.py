@@ -50,26 +50,29 @@ class Word:
         return {"word": self.word, "start": round(self.start, 3), "end": round(self.end, 3)}
 
 
-def ctc_align(log_probs, tokens: Sequence[int], blank: int = 0) -> Optional[list[tuple[int, int]]]:
+def ctc_align(log_probs, tokens: Sequence[int], blank: int = 0, edge: Optional[int] = None
+              ) -> Optional[list[tuple[int, int]]]:
     """First and last frame of every token on the best CTC path of ``tokens`` through
-    ``log_probs`` (``T x V``). None when no path exists (more tokens and required blanks
-    between repeats than frames)."""
+    ``log_probs`` (``T x V``). ``edge``: a token the path may also hold before the first and
+    after the last token (the word boundary, which transcripts drop at their ends). None when
+    no path exists (more tokens and required blanks between repeats than frames)."""
     lp = log_probs.detach().float().cpu().numpy() if isinstance(log_probs, torch.Tensor) else np.asarray(log_probs)
     T, U = lp.shape[0], len(tokens)
     if U == 0:
         return []
-    ext = np.full(2 * U + 1, blank, dtype=np.int64)
-    ext[1::2] = tokens
-    S = ext.size
     if T == 0:
         return None
+    seq = ([edge] + list(tokens) + [edge]) if edge is not None else list(tokens)
+    ext = np.full(2 * len(seq) + 1, blank, dtype=np.int64)
+    ext[1::2] = seq
+    S = ext.size
     emit = lp[:, ext]  # T x S
     skip = np.zeros(S, dtype=bool)  # s-2 -> s allowed: s a token state different from the previous token
     skip[3::2] = ext[3::2] != ext[1:-2:2]
     neg = -np.inf
     alpha = np.full(S, neg)
-    alpha[0] = emit[0, 0]
-    alpha[1] = emit[0, 1]
+    first = 4 if edge is not None else 2  # the path may start in these states (optional leading edge)
+    alpha[:first] = emit[0, :first]
     back = np.zeros((T, S), dtype=np.int8)
     cand = np.empty((3, S))
     for t in range(1, T):
@@ -82,10 +85,11 @@ def ctc_align(log_probs, tokens: Sequence[int], blank: int = 0) -> Optional[list
         choice = cand.argmax(0)
         alpha = cand[choice, np.arange(S)] + emit[t]
         back[t] = choice
-    end = S - 1 if alpha[S - 1] >= alpha[S - 2] else S - 2
+    last = S - 4 if edge is not None else S - 2  # ... and end in these (optional trailing edge)
+    end = last + int(np.argmax(alpha[last:]))
     if not np.isfinite(alpha[end]):
         return None
-    spans: list[list[int]] = [[-1, -1] for _ in range(U)]
+    spans: list[list[int]] = [[-1, -1] for _ in seq]
     s = end
     for t in range(T - 1, -1, -1):
         if s % 2 == 1:
@@ -93,6 +97,8 @@ def ctc_align(log_probs, tokens: Sequence[int], blank: int = 0) -> Optional[list
             spans[u][1] = t if spans[u][1] < 0 else spans[u][1]
             spans[u][0] = t
         s -= int(back[t, s])
+    if edge is not None:
+        spans = spans[1:-1]
     return [(a, b) for a, b in spans]
 
 

@@ -84,12 +84,14 @@ class Audio:
         from scipy.signal import resample_poly
 
         ratio = Fraction(self.sample_rate, self.source_rate)
+        up, down = ratio.numerator, ratio.denominator
         margin = int(RESAMPLE_MARGIN_S * self.source_rate)
-        s0 = max(0, int(math.floor(start / ratio)) - margin)
+        # start on a multiple of `down` source samples: y[0] then falls on the whole file's output grid
+        s0 = max(0, (int(math.floor(start / ratio)) - margin) // down * down)
         s1 = min(self.source_samples, int(math.ceil(stop / ratio)) + margin)
         x = _mono(self._read_source(s0, s1 - s0))
-        y = resample_poly(x.astype(np.float64), ratio.numerator, ratio.denominator)
-        off = int(round(s0 * ratio))  # target index of y[0]
+        y = resample_poly(x.astype(np.float64), up, down)
+        off = s0 // down * up  # output index of y[0]
         return np.ascontiguousarray(y[start - off: stop - off], dtype=np.float32)
 
     def close(self) -> None:

@@ -220,7 +220,8 @@ class Transcriber:
         times = enc.times[b, :n].float().cpu()
         use_ctc = self.model.decoder is None or self.model.ctc_weight > 0
         if use_ctc:
-            spans = ctc_align(enc.log_probs[b, :n], ids) or uniform_spans(n, len(ids))
+            edge = getattr(self.tokenizer, "word_boundary_id", None)  # letters: "|" may open / close the path
+            spans = ctc_align(enc.log_probs[b, :n], ids, edge=edge) or uniform_spans(n, len(ids))
         else:
             frames = attention_frames(self.model.decoder, enc, b, ids)
             nxt = frames[1:] + [n]
