@@ -61,6 +61,16 @@ def test_package_is_self_contained(tmp_path, speech, monkeypatch):
         assert part in readme, part
     meta = json.loads((moved / "asrkit-model.json").read_text())
     assert meta["format"] == 1 and meta["source"]["ema"] is True
+    # --checkpoint avg: the averaged weights (asrkit average writes checkpoints/averaged.pt)
+    avg = {"model": {k: v + 0.02 if v.is_floating_point() else v for k, v in st["model"].items()},
+           "config": st["config"], "vocab": st["vocab"], "step": 1, "averaged_from": ["epoch-0001.pt", "epoch-0002.pt"]}
+    torch.save(avg, moved.parent / "averaged.pt")
+    exp2 = H.random_exp(tmp_path / "recipe2", TINY)
+    shutil.copy(moved.parent / "averaged.pt", exp2 / "checkpoints" / "averaged.pt")
+    assert cli(["export", "--exp-dir", str(exp2), "--out", str(tmp_path / "pkg_avg"), "--checkpoint", "avg"]) == 0
+    weights = torch.load(tmp_path / "pkg_avg" / "model.pt", weights_only=False)["model"]
+    assert all(torch.equal(weights[k], avg["model"][k]) for k in weights)
+    assert "the average of epoch-0001.pt, epoch-0002.pt" in (tmp_path / "pkg_avg" / "README.md").read_text()
     # a directory that is not a package is never overwritten
     (tmp_path / "notpkg").mkdir()
     (tmp_path / "notpkg" / "x").write_text("x")
@@ -177,3 +187,39 @@ def test_sherpa_feature_gap_is_the_energy_floor(speech):
     assert (a - b).abs()[above].max() < 1e-3  # identical above the floor ...
     assert torch.allclose(b[~above].min(), torch.tensor(sherpa.KNF_FLOOR_INT16), atol=1e-3)  # ... clamped below
     assert sherpa.feature_gap([x], cfg)["floored_fraction"] > 0.05
+
+
+# ------------------------------------------------------------------------------------ bench
+def test_bench_transcribe_reports_every_figure(tmp_path, monkeypatch, capsys):
+    """``python -m asrkit.bench transcribe`` on a tiny package and recipe (workers run in this
+    process, one through the real ``--worker`` entry point)."""
+    from lhotse import Recording, RecordingSet, SupervisionSegment, SupervisionSet
+
+    from asrkit.bench import transcribe as bench
+    from asrkit.data.manifests import write_part
+
+    recipe = tmp_path / "recipe"
+    exp = H.random_exp(recipe, ["features.n_mels=80", *TINY])
+    for part, texts in (("test", ["hello world", "a test"]), ("test-longform", ["one two three four five six seven"])):
+        recs, sups = [], []
+        for i, text in enumerate(texts):
+            path = H.speech(recipe, text, f"{part}{i}")
+            rec = Recording.from_file(path, recording_id=f"{part}-{i}")
+            recs.append(rec)
+            sups.append(SupervisionSegment(id=rec.id, recording_id=rec.id, start=0, duration=rec.duration, text=text.upper()))
+        write_part(recipe / "data" / "manifests", "mini", part, RecordingSet.from_recordings(recs),
+                   SupervisionSet.from_segments(sups))
+    assert cli(["export", "--exp-dir", str(exp), "--out", str(tmp_path / "pkg"), "--onnx"]) == 0
+    spec = {"model": str(tmp_path / "pkg"), "threads": 1}
+    assert bench._run("_load_worker", spec)["load_s"] > 0  # the real worker entry point
+    monkeypatch.setattr(bench, "_run", lambda name, spec, timeout=0: getattr(bench, name)(json.loads(json.dumps(spec))))
+    out = tmp_path / "bench.md"
+    assert bench.main(["--model", str(tmp_path / "pkg"), "--recipe", str(recipe), "--threads", "1", "--hour-min", "0.2",
+                       "--chunks", "1/0.4", "--out", str(out)]) == 0
+    report = out.read_text()
+    for line in ("- model load:", "- short files (test, 2 files", "- 0.2-minute file: RTF", "peak RSS",
+                 "- acoustic model over test: PyTorch", "- sherpa-onnx vs asrkit greedy on test (2 utterances)",
+                 "| decoding | whole | 1/0.4 |", "| greedy |"):
+        assert line in report, line
+    res = json.loads(out.with_suffix(".json").read_text())
+    assert res["sherpa"]["identical"] == 2 and res["hour"]["audio_s"] >= 12

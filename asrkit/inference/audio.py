@@ -2,7 +2,8 @@
 
 :func:`open_audio` takes a file path, ``-`` (standard input), raw bytes, or an array of samples
 and returns an :class:`Audio`, whose :meth:`Audio.read` gives any span as mono float32 samples
-at the model's sample rate, so a one-hour recording is never decoded whole at once.
+at the model's sample rate, so a one-hour recording is never decoded whole at once (standard
+input and raw bytes are held in memory; files are not).
 
 * WAV, FLAC, OGG/Vorbis, MP3, NIST SPHERE (PCM) and everything else libsndfile reads: through
   :mod:`soundfile`, which seeks to the span.

@@ -26,6 +26,7 @@ import datetime
 import gzip
 import json
 import logging
+import os
 import shlex
 import shutil
 import sys
@@ -204,6 +205,7 @@ def _readme(exp_dir: Path, cfg: dict, info: dict, n_params: int, command: str) -
         f"- decoding: `{dec['method']}` (beam {dec['beam']}{lm})", "",
         "## Training data", "", *_corpus_stats(cfg),
     ]
+    lines.insert(lines.index("## Training data") + 2, "- the resolved training config is `config.yaml` in this directory")
     if ti:
         lines.append(f"- trained {ti.get('steps')} steps, {ti.get('epochs_completed')} epochs, "
                      f"{ti.get('audio_seconds', 0) / 3600:.1f} h of audio seen ({ti.get('stopped_by')})")
@@ -237,6 +239,9 @@ def write_package(exp_dir: Path | str, out: Path | str, checkpoint: str = "last"
         raise ValueError(f"tokenizer {cfg_dict['tokens']['path']} differs from the one {exp_dir} was trained with")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    tmp.chmod(0o777 & ~umask)  # mkdtemp makes it 0700
     try:
         save_tokenizer(tok, tmp / "tokenizer.json")
         pkg_cfg = json.loads(json.dumps(cfg_dict))
