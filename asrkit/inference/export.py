@@ -46,7 +46,7 @@ def check_utterances(cfg, exp_dir: Path, part: str, limit: int, seed: int = 0):
 
         cuts = load_manifest(path)
         for i, cut in enumerate(cuts):
-            if i >= limit:
+            if limit and i >= limit:
                 break
             utts.append((cut.id, load_cut_audio(cut)))
     else:
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--raw-weights", action="store_true", help="the trained weights, not their moving average")
     p.add_argument("--onnx", action="store_true", help="also write model.onnx + tokens.txt (sherpa-onnx) and check them")
     p.add_argument("--check-set", default="test", help="corpus part to check ONNX against PyTorch on")
-    p.add_argument("--check-max", type=int, default=200, help="at most this many utterances of --check-set")
+    p.add_argument("--check-max", type=int, default=200, help="at most this many utterances of --check-set (0: all)")
     p.add_argument("--tolerance", type=float, default=1e-4, help="largest allowed log-probability difference")
     p.add_argument("overrides", nargs="*", help="decode.* settings of the package, e.g. decode.method=wfst decode.lm=...")
     args = p.parse_args(argv)

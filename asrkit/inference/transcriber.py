@@ -72,6 +72,7 @@ class _EncodeRecorder:
 @dataclass
 class _Segment:
     item: int  #: index of the input
+    index: int  #: of the chunk in the input
     chunk: Chunk
     feats: torch.Tensor
     times: torch.Tensor
@@ -135,7 +136,7 @@ class Transcriber:
             nonlocal batch
             for seg, words in zip(batch, self._decode(batch)):
                 p = pending[seg.item]
-                p["words"][p["chunks"].index(seg.chunk)] = words
+                p["words"][seg.index] = words
                 p["left"] -= 1
                 bar.update(round(seg.chunk.length / self.sample_rate, 2))
                 if p["left"] == 0:
@@ -161,8 +162,8 @@ class Transcriber:
                         bar.total += round(audio.duration, 2)
                         pending[i] = {"transcript": t, "chunks": chunks, "words": [None] * len(chunks),
                                       "left": len(chunks)}
-                        for ch in chunks:
-                            batch.append(self._segment(i, audio, ch))
+                        for k, ch in enumerate(chunks):
+                            batch.append(self._segment(i, k, audio, ch))
                             if len(batch) >= self.batch_size:
                                 decode_batch()
                                 yield from ready()
@@ -188,7 +189,7 @@ class Transcriber:
             raise InputError(f"{audio.name}: too short ({audio.duration:.3f} s; at least {self.min_duration:g} s needed)")
         return plan_chunks(audio.num_samples, self.sample_rate, self.chunk_s, self.overlap_s, self.frame_step)
 
-    def _segment(self, item: int, audio: Audio, chunk: Chunk) -> _Segment:
+    def _segment(self, item: int, index: int, audio: Audio, chunk: Chunk) -> _Segment:
         from asrkit.data.features import cmvn, fbank
 
         x = audio.read(chunk.start, chunk.length)
@@ -199,7 +200,7 @@ class Transcriber:
         if fc.cmvn:
             feats = cmvn(feats)
         times = torch.arange(feats.shape[0], dtype=torch.float32) * self.hop
-        return _Segment(item, chunk, feats, times)
+        return _Segment(item, index, chunk, feats, times)
 
     @torch.no_grad()
     def _decode(self, segs: list[_Segment]) -> list[list[Word]]:
