@@ -11,7 +11,7 @@
   audio files of ``--test-set`` (files read from disk, batch ``--batch-size``), fresh process,
   after one warm-up file.
 * **one-hour file**: a WAV of ``--hour-min`` minutes made of the recordings of ``--hour-set``
-  (0.3 s apart, same RMS level, repeated as needed) transcribed in chunks: RTF, WER, and peak
+  (end to end, same RMS level, repeated as needed) transcribed in chunks: RTF, WER, and peak
   memory (the process's high-water RSS ``ru_maxrss``, and how much of it came after loading the
   model and transcribing one short file).
 * **ONNX vs PyTorch**: seconds of the acoustic model alone (filterbank computed beforehand,
@@ -153,15 +153,15 @@ def _run(name: str, spec: dict, timeout: float = 7200) -> Optional[dict]:
 
 # --------------------------------------------------------------------------------------- main
 def _one_hour(cuts: list, minutes: float, out: Path) -> tuple[Path, str]:
-    """A WAV of ``minutes`` made of ``cuts`` (repeated as needed), 0.3 s apart, each brought to
-    the same RMS level (one recording session), and its reference text."""
+    """A WAV of ``minutes`` made of ``cuts`` (repeated as needed) end to end, each brought to the
+    same RMS level (one recording session), and its reference text. (No digital silence between
+    them: a stretch of exact zeros sits at the filterbank's floor and skews a chunk's CMVN.)"""
     import numpy as np
     import soundfile as sf
 
     from asrkit.data.audio import load_cut_audio
 
     sr = cuts[0].sampling_rate
-    gap = np.zeros(int(0.3 * sr), dtype=np.float32)
     need, n, texts = int(minutes * 60 * sr), 0, []
     with sf.SoundFile(out, "w", sr, 1, subtype="PCM_16") as f:
         while n < need:
@@ -169,8 +169,7 @@ def _one_hour(cuts: list, minutes: float, out: Path) -> tuple[Path, str]:
                 x = load_cut_audio(c)
                 x = x * (0.05 / max(float(np.sqrt(np.mean(x ** 2))), 1e-6))
                 f.write(x)
-                f.write(gap)
-                n += x.size + gap.size
+                n += x.size
                 texts.append(_text(c))
                 if n >= need:
                     break
