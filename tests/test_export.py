@@ -108,6 +108,8 @@ EXPORTABLE = {
                    "encoder.options={kernel: 5, pool_layers: 2, frontend_channels: 8}"],
     "conv": ["encoder.type=conv", "encoder.n_layers=3", "encoder.pos_enc=sinpos",
              "encoder.options={kernel: 3, pool_layers: 2, frontend_channels: 8}"],
+    "sinpos+seq2seq": ["decoder.type=transformer", "decoder.ctc_weight=0.3",
+                       "decoder.options={d_model: 32, n_layers: 1, n_heads: 2, d_ff: 32}"],
 }
 
 
@@ -124,6 +126,7 @@ def test_onnx_matches_pytorch(tmp_path, speech, name):
     from asrkit.inference.onnx import check_onnx, export_onnx, raw_fbank, session
 
     pos = [] if "+" in name or "conv" in name else [f"encoder.pos_enc={name}"]
+    pos += ["encoder.pos_enc=sinpos"] if name.startswith("sinpos+") else []
     model, cfg = _model(pos + EXPORTABLE[name])
     path = export_onnx(model, cfg, tmp_path / "m.onnx")
     long = np.concatenate(speech * 4)[: 45 * 16000]

@@ -16,7 +16,14 @@ Export traces the model (``torch.onnx.export(dynamo=False)``) on a padded batch 
 padding masks of the encoder are in the graph and a batch of N gives the rows of N batches of one.
 Python loops over the frames would be frozen at the traced length; the positional encodings that
 build their attention bias that way get an equivalent dense form while exporting
-(:data:`EXPORT_FORMS`). What cannot be exported is in :data:`UNSUPPORTED` with the reason.
+(:data:`EXPORT_FORMS`: relpos / relpos_first gather a T x T bias from q . A for all lags;
+spe_sine's evaluation draws become constants). Every Transformer positional encoding (softmax,
+linear ReLU and FAVOR+ attention) and the conv encoders export; what cannot is in
+:data:`UNSUPPORTED` with the reason. The stochastic training-time parts (CAPE's shifts and
+scaling, SHAPE's offset, dropout, layer drop, SpecAugment) are inactive in evaluation mode, so
+the graph holds what decoding uses: CAPE's mean-normalized times, SHAPE as sinpos. A
+sequence-to-sequence model exports its encoder and CTC head (``decoder.ctc_weight`` > 0).
+The graph takes whole utterances: long recordings go through :mod:`asrkit.inference.chunking`.
 
 :func:`check_onnx` runs both on utterances and compares: largest log-probability difference
 over the valid frames, and greedy transcripts.
@@ -50,11 +57,6 @@ UNSUPPORTED: dict[str, str] = {
                                "data-dependent pruning; only the encoder and its CTC head are exported (a seq2seq "
                                "model with decoder.ctc_weight > 0 exports as a CTC model)",
 }
-#: stochastic training-time parts, inactive in the exported (eval-mode) graph: nothing to export
-TRAINING_ONLY = ("cape: global/local shift and scaling (eval: mean-normalized times)",
-                 "shape: random offset (eval: plain sinpos)", "dropout, layer drop, SpecAugment")
-
-
 def unsupported_reason(cfg) -> Optional[str]:
     """Why the model of ``cfg`` cannot be exported as a CTC model, or None."""
     if cfg.encoder.pos_enc in UNSUPPORTED:
