@@ -169,8 +169,8 @@ def _ffmpeg(src: Union[Path, bytes], name: str, target_rate: int) -> Audio:
     p = subprocess.run(cmd, input=src if isinstance(src, bytes) else None, capture_output=True)
     if p.returncode != 0:
         os.unlink(tmp)
-        msg = _one_line(Exception(p.stderr.decode(errors="replace").strip().splitlines()[-1] if p.stderr else "no output"))
-        raise InputError(f"{name}: cannot decode audio (ffmpeg: {msg})")
+        lines = p.stderr.decode(errors="replace").strip().splitlines()
+        raise InputError(f"{name}: cannot decode audio (ffmpeg: {' '.join(lines[-1].split()) if lines else 'no output'})")
     audio = _soundfile(tmp, name, target_rate)
     close = audio._close
 
