@@ -18,6 +18,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tokens": ("asrkit.tokenizer", "train a tokenizer (letters or sentencepiece)"),
     "train": ("asrkit.training.command", "train a model from a YAML config plus key=value overrides"),
     "decode": ("asrkit.decode.run", "decode test sets with a trained model"),
+    "transcribe": ("asrkit.inference.transcribe", "transcribe audio files with a model package or an experiment dir"),
+    "export": ("asrkit.inference.export", "write a self-contained model package (+ ONNX / sherpa-onnx)"),
     "score": ("asrkit.scoring", "score hypotheses: sclite-style summary, WER per duration bin"),
     "report": ("asrkit.reports.report", "write RESULTS.md for an experiment dir"),
     "compare": ("asrkit.reports.compare", "compare experiments: Markdown table and PNG plots"),

@@ -1,6 +1,6 @@
 import pytest
 
-from asrkit.config import ConfigError, Config, dump_config, to_dict
+from asrkit.config import ConfigError, dump_config, to_dict
 from asrkit.training.checks import load_config, config_from_dict
 
 

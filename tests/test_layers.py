@@ -34,3 +34,12 @@ def test_import_contracts_catch_an_upward_import_and_a_cycle(tmp_path):
     assert "asrkit.model is not allowed to import asrkit.decode" in r.stdout
     assert "asrkit.model.asr -> asrkit.decode.ctc" in r.stdout
     assert "No cycles are allowed in asrkit.model.posenc" in r.stdout, r.stdout[-3000:]
+
+
+def test_no_undefined_or_unused_names():
+    """pyflakes rules (ruff F): undefined names (a moved function still called by its old name),
+    unused imports and variables. A dev dependency like import-linter."""
+    ruff = Path(sys.executable).with_name("ruff")
+    r = subprocess.run([str(ruff), "check", "--select", "F", "--no-cache", "--output-format", "concise", "asrkit",
+                        "tests"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]

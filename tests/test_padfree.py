@@ -1,7 +1,6 @@
 """Padding-free batching with a variable STFT hop (asrkit.data.padfree) and its report tools."""
 import json
 import math
-import types
 
 import numpy as np
 import pytest

@@ -1,6 +1,7 @@
 """`python -m asrkit.bench <name>` (or `asrkit bench <name>`): benchmarks, one module each.
 
     python -m asrkit.bench pos_enc [--quick] [--out bench.md]     # cost of every positional encoding
+    python -m asrkit.bench transcribe --model PKG --recipe DIR     # transcribe / ONNX / sherpa-onnx figures
 
 Speed targets live here, not in the test suite. A benchmark that measures in fresh processes
 runs its workers as ``python -m asrkit.bench --worker <module>:<function> <json spec>``.
@@ -14,6 +15,7 @@ import sys
 #: benchmark name -> module with ``main(argv) -> int``
 BENCHMARKS: dict[str, str] = {
     "pos_enc": "asrkit.bench.pos_enc",
+    "transcribe": "asrkit.bench.transcribe",
 }
 
 

@@ -12,7 +12,6 @@ import logging
 from dataclasses import dataclass
 from typing import Optional
 
-import numpy as np
 import torch
 from torch import Tensor
 

@@ -20,6 +20,8 @@ import torch
 
 from asrkit.config import config_from_dict, to_dict, with_overrides
 from asrkit.decode.methods import Decoder, validate_decode_config
+from asrkit.model import validate_model_config
+from asrkit.model.loading import load_experiment
 from asrkit.schema import ConfigError, parse_overrides
 from asrkit.utils import atomic_write, setup_logging
 
@@ -28,31 +30,16 @@ logger = logging.getLogger(__name__)
 
 def check_decode_config(cfg):
     """What decoding reads of a config: the model and the ``decode`` section. Returns ``cfg``."""
-    from asrkit.model import validate_model_config
-
     validate_model_config(cfg)
     validate_decode_config(cfg)
     return cfg
 
 
 def load_model(exp_dir: Path, checkpoint: str = "last", device: str = "cpu", ema: bool = True):
-    """(model in eval mode, config, tokenizer) from an experiment dir. A checkpoint of a run with
-    ``train.ema_decay > 0`` holds the weights' moving average too: used unless ``ema`` is False."""
-    from asrkit.checkpoint import resolve_checkpoint
-    from asrkit.model import build_model
-    from asrkit.tokenizer import load_tokenizer
-
-    path = resolve_checkpoint(exp_dir, checkpoint)
-    st = torch.load(path, map_location="cpu", weights_only=False)
-    cfg = check_decode_config(config_from_dict(st["config"]))
-    tok = load_tokenizer(cfg.tokens.path)
-    if list(tok.tokens) != st["vocab"]:
-        raise ValueError(f"tokenizer {cfg.tokens.path} differs from the one {path} was trained with")
-    model = build_model(cfg, tok.vocab_size)
-    use_ema = ema and "ema" in st
-    model.load_state_dict(st["ema"] if use_ema else st["model"])
-    logger.info("loaded %s (step %s%s)", path, st.get("step"), ", EMA weights" if use_ema else "")
-    return model.to(device).eval(), cfg, tok
+    """(model in eval mode, config, tokenizer) from an experiment dir
+    (:func:`asrkit.model.loading.load_experiment`: EMA weights unless ``ema`` is False)."""
+    model, cfg, tok, _ = load_experiment(exp_dir, checkpoint, device, ema)
+    return model, check_decode_config(cfg), tok
 
 
 def _decode_cuts(model, cfg, tok, cut_list: list, hop: float, desc: str, position: int = 0) -> tuple[list[dict], float]:

@@ -44,7 +44,6 @@ from dataclasses import dataclass
 from typing import Optional
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
@@ -255,7 +254,7 @@ class ConvSPE(SPE):
         return z
 
     def codes(self, u: Tensor, R: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
-        H, D, P = self.n_heads, self.d_head, self.opts.kernel_size
+        P = self.opts.kernel_size
         dev = self.filters_q.device
         grid = torch.round(u).long()
         g0, g1 = int(grid.min()), int(grid.max())

@@ -1,0 +1,110 @@
+"""`asrkit transcribe`: transcribe audio files with a model package or an experiment directory.
+
+    asrkit transcribe --model model/ talk.flac interview.mp3            # text to stdout
+    asrkit transcribe --model exp/train --format srt --output-dir subs/ *.wav
+    asrkit transcribe --model model/ --list files.txt --format json
+    cat rec.wav | asrkit transcribe --model model/ -                    # standard input
+    asrkit transcribe --model model/ --method prefix_beam --set decode.beam=16 talk.wav
+
+Inputs: audio files in any format libsndfile or ffmpeg reads (wav, flac, mp3, ogg, sph...), any
+sample rate (resampled) and channel count (averaged); ``-`` reads one recording from standard
+input; ``--list FILE`` adds the paths listed in FILE (one per line, ``#`` comments). Recordings
+longer than ``--chunk-s`` are decoded in overlapping chunks (bounded memory) with a progress bar.
+
+An input that cannot be transcribed (unreadable, empty, too short) gets a one-line error on
+stderr naming it; the others are still transcribed, and the exit code is 1 at the end
+(2: bad options or model).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from asrkit.inference.formats import FORMATS, render
+
+
+def _read_list(path: str) -> list[str]:
+    text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    return [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="asrkit transcribe", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("inputs", nargs="*", help="audio files, or - for standard input")
+    p.add_argument("--model", required=True, type=Path, help="a model package (asrkit export) or an experiment dir")
+    p.add_argument("--list", action="append", default=[], metavar="FILE",
+                   help="a file listing audio paths, one per line (repeatable; - = standard input)")
+    p.add_argument("--format", choices=FORMATS, default="text")
+    p.add_argument("--output-dir", type=Path, help="write NAME.<format> per input here instead of to stdout")
+    p.add_argument("--checkpoint", default="last", help="experiment dir only: last | best | avg | a path")
+    p.add_argument("--raw-weights", action="store_true", help="experiment dir only: not the moving average")
+    p.add_argument("--method", choices=("greedy", "prefix_beam", "wfst", "attention"), help="decode.method")
+    p.add_argument("--set", action="append", default=[], metavar="decode.KEY=VALUE",
+                   help="a decoding option, e.g. --set decode.beam=16 --set decode.lm=lm.arpa (repeatable)")
+    p.add_argument("--chunk-s", type=float, default=30.0, help="recordings longer than this are chunked (s)")
+    p.add_argument("--overlap-s", type=float, default=6.0, help="overlap of consecutive chunks (s)")
+    p.add_argument("--batch-size", type=int, default=8, help="segments per model call")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    import torch
+
+    from asrkit.inference.transcriber import load_model
+    from asrkit.schema import ConfigError
+    from asrkit.utils import setup_logging
+
+    setup_logging(level=30)  # warnings only: stdout carries the transcripts
+    inputs = list(args.inputs)
+    try:
+        for lst in args.list:
+            inputs += _read_list(lst)
+    except OSError as e:
+        print(f"asrkit transcribe: error: cannot read list file: {e}", file=sys.stderr)
+        return 2
+    if not inputs:
+        print("asrkit transcribe: error: no input (give audio files, - for stdin, or --list FILE)", file=sys.stderr)
+        return 2
+    if inputs.count("-") > 1:
+        print("asrkit transcribe: error: - (standard input) can be given once", file=sys.stderr)
+        return 2
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    overrides = list(args.set) + ([f"decode.method={args.method}"] if args.method else [])
+    try:
+        model = load_model(args.model, args.checkpoint, args.device, ema=not args.raw_weights, decode=overrides,
+                           chunk_s=args.chunk_s, overlap_s=args.overlap_s, batch_size=args.batch_size)
+    except (ConfigError, FileNotFoundError, ValueError, OSError) as e:
+        print(f"asrkit transcribe: error: {e}", file=sys.stderr)
+        return 2
+    several = len(inputs) > 1
+    failed = 0
+    if args.output_dir:
+        args.output_dir.mkdir(parents=True, exist_ok=True)
+    for t in model.iter_transcribe(inputs, progress=not args.no_progress and sys.stderr.isatty(), on_error="keep"):
+        if t.error is not None:
+            failed += 1
+            print(f"asrkit transcribe: error: {t.error}", file=sys.stderr)
+            continue
+        out = render(t, args.format, several=several)
+        if args.output_dir:
+            ext = "txt" if args.format == "text" else args.format
+            stem = Path(t.name).stem if t.name != "<stdin>" else "stdin"
+            (args.output_dir / f"{stem}.{ext}").write_text(render(t, args.format))
+        else:
+            sys.stdout.write(out)
+            sys.stdout.flush()
+    if failed:
+        print(f"asrkit transcribe: {failed} of {len(inputs)} inputs failed", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
