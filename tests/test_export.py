@@ -101,7 +101,12 @@ def test_package_carries_the_decoding_graph(tmp_path, speech, monkeypatch):
 # ------------------------------------------------------------------------------------- ONNX
 EXPORTABLE = {
     "sinpos": [], "nopos": [], "abspos": [], "cape": [], "shape": [], "cpe": [], "concat_sin": [],
-    "relpos": [], "relpos_first": [],
+    "relpos": [], "relpos_first": [], "rope": [], "alibi": [],
+    # a 0.3 s context (10 frames): most lags are beyond it, clipped to the edge row or zero
+    "relpos+clip": ["encoder.pos_enc=relpos", "encoder.pos.context_s=0.3"],
+    "relpos+zero": ["encoder.pos_enc=relpos", "encoder.pos.context_s=0.3", "encoder.pos.beyond=zero"],
+    "rope+cape": ["encoder.pos_enc=rope", "encoder.pos.augment=cape"],
+    "alibi+cape": ["encoder.pos_enc=alibi", "encoder.pos.augment=cape"],
     "spe_sine": ["encoder.attention=linear_relu"],
     "nopos+favor": ["encoder.attention=linear_favor"],
     "gated_conv": ["encoder.type=gated_conv", "encoder.n_layers=3", "encoder.pos_enc=concat_sin",

@@ -14,10 +14,10 @@ interface of sherpa-onnx's offline ``zipformer_ctc`` models (see :mod:`asrkit.in
 
 Export traces the model (``torch.onnx.export(dynamo=False)``) on a padded batch of two, so the
 padding masks of the encoder are in the graph and a batch of N gives the rows of N batches of one.
-Python loops over the frames would be frozen at the traced length; the positional encodings that
-build their attention bias that way get an equivalent dense form while exporting
-(:data:`EXPORT_FORMS`: relpos / relpos_first gather a T x T bias from q . A for all lags;
-spe_sine's evaluation draws become constants). Every Transformer positional encoding (softmax,
+Python loops over the frames would be frozen at the traced length: the positional encodings that
+build their attention bias that way choose an equivalent dense form themselves while exporting
+(relpos / relpos_first gather a T x T bias from q . A for all lags; spe_sine's evaluation draws
+become constants: ``PositionalEncoding.prepare_export``). Every Transformer positional encoding (softmax,
 linear ReLU and FAVOR+ attention) and the conv encoders export; what cannot is in
 :data:`UNSUPPORTED` with the reason. The stochastic training-time parts (CAPE's shifts and
 scaling, SHAPE's offset, dropout, layer drop, SpecAugment) are inactive in evaluation mode, so
@@ -32,16 +32,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Optional
+from typing import Iterable, Iterator, Optional
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
-from asrkit.model.linear_attention import LinearAttention
-from asrkit.model.posenc.base import PosState
+from asrkit.model.posenc.base import PositionalEncoding
 
 logger = logging.getLogger(__name__)
 
@@ -92,74 +90,18 @@ class CtcOnnx(nn.Module):
         return enc.log_probs, enc.lengths
 
 
-# ------------------------------------------------------------------ export forms of encodings
-def _relpos_begin(pos, x: Tensor, times: Tensor, mask: Tensor) -> PosState:
-    u = times.float() / pos.opts.frame_step
-    lag = torch.round(u[:, None, :] - u[:, :, None]).clamp(-pos.max_lag, pos.max_lag) + pos.max_lag
-    return PosState(times=times, mask=mask, extra={"lag": lag.long()[:, None]})  # B x 1 x T x T
-
-
-def _relpos_bias(pos, layer: int, q: Tensor, state: PosState) -> Optional[Tensor]:
-    """bias[b, h, i, j] = q[b, h, i] . A[r(i, j)] / sqrt(d_head): all lags of the table for every
-    query (B x H x T x (2K+1)), then the T x T lags gathered (:mod:`asrkit.model.posenc.relpos`)."""
-    table = pos.table(layer)
-    if table is None:
-        return None
-    s = torch.matmul(q, (table * (1.0 / math.sqrt(q.shape[-1]))).t())
-    lag = state.extra["lag"]
-    B, H, T, _ = q.shape
-    return torch.gather(s, -1, lag.expand(B, H, T, T))
-
-
-def _spe_sine_draws(pos) -> None:
-    """The Gaussian draws of ``spe_sine`` at evaluation (:meth:`asrkit.model.posenc.spe.SPE.begin`:
-    the ``eval_seed`` generator, codes then gating noise), drawn before tracing: graph constants."""
-    H, D, K, R = pos.n_heads, pos.d_head, pos.opts.sines, pos.opts.realizations
-    gen = torch.Generator().manual_seed(pos.opts.eval_seed)
-    z = torch.randn(H, D, 2 * K, R, generator=gen) * (1.0 / math.sqrt(2 * K))
-    eps = torch.randn(pos.n_layers, H, D, R, generator=gen) if pos.gates is not None else None
-    pos._export_draws = (z, eps)
-
-
-def _spe_sine_begin(pos, x: Tensor, times: Tensor, mask: Tensor) -> PosState:
-    """``spe_sine`` codes of the frame positions from the precomputed draws (the exported graph's
-    rows always share their frame times ``t * hop``)."""
-    z, eps = pos._export_draws
-    qbar, kbar = pos._codes(times[0] / pos.opts.frame_step, z)
-    return PosState(times=times, mask=mask, extra={"spe": (qbar, kbar, eps, True)})
-
-
-#: pos_enc -> {hook name: replacement(pos, *args)} used while exporting ("prepare": called once before)
-EXPORT_FORMS: dict[str, dict[str, Callable]] = {
-    "relpos": {"begin": _relpos_begin, "attn_bias": _relpos_bias},
-    "relpos_first": {"begin": _relpos_begin, "attn_bias": _relpos_bias},
-    "spe_sine": {"prepare": _spe_sine_draws, "begin": _spe_sine_begin},
-}
-
-
 @contextlib.contextmanager
 def export_forms(model: nn.Module) -> Iterator[None]:
-    """Give the model's positional encoding its export form (:data:`EXPORT_FORMS`) for the block."""
-    pos = getattr(model.encoder, "pos", None)
-    forms = dict(EXPORT_FORMS.get(getattr(pos, "name", ""), {}))
-    prepare = forms.pop("prepare", None)
-    if prepare is not None:
-        prepare(pos)
-    for hook, fn in forms.items():
-        setattr(pos, hook, (lambda f: lambda *a: f(pos, *a))(fn))
-    # FAVOR+ features: the head size reaches them as a traced value; it is a constant of the model
-    # (the features themselves are cached by an eager forward before tracing)
-    favor = [m for m in model.modules() if isinstance(m, LinearAttention) and m.feature_map == "favor"]
-    for m in favor:
-        m.projection = (lambda orig: lambda layer, d, device: orig(layer, int(d), device))(m.projection)
+    """Let every positional encoding of the model prepare its exported form
+    (:meth:`asrkit.model.posenc.base.PositionalEncoding.prepare_export`) for the block."""
+    prepared = [m for m in model.modules() if isinstance(m, PositionalEncoding)]
+    for m in prepared:
+        m.prepare_export()
     try:
         yield
     finally:
-        for hook in forms:
-            delattr(pos, hook)
-        pos.__dict__.pop("_export_draws", None)
-        for m in favor:
-            del m.projection
+        for m in prepared:
+            m.__dict__.pop("_export_draws", None)
 
 
 # ----------------------------------------------------------------------------------- export

@@ -71,7 +71,7 @@ class LinearAttention(nn.Module):
         """phi(x): B x H x T x d -> B x H x T x F (float32). ``valid`` B x 1 x T x 1 (keys only)."""
         if self.feature_map == "relu":
             return torch.relu(x)
-        d = x.shape[-1]
+        d = int(x.shape[-1])  # a constant of the model (a traced graph keeps the cached features)
         w = self.projection(layer, d, x.device)
         x = x * d**-0.25
         logits = torch.matmul(x, w.t()) - 0.5 * (x * x).sum(-1, keepdim=True)  # B H T m

@@ -86,6 +86,8 @@ class Alibi(PositionalEncoding):
 
     def begin(self, x: Tensor, times: Tensor, mask: Tensor) -> PosState:
         t = relative_times(times, mask, self.opts, self.training)
+        if torch.onnx.is_in_onnx_export():  # traced: no per-block Python loop (frozen at the traced length)
+            return PosState(times=times, mask=mask, extra={"alibi_dist": (t[:, None, :] - t[:, :, None]).abs().float()})
         return PosState(times=times, mask=mask, extra={"alibi_dist": distances(t)})
 
     def attn_bias(self, layer: int, q: Tensor, state: PosState) -> QBias:

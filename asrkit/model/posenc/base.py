@@ -81,6 +81,12 @@ class PositionalEncoding(nn.Module):
     def after_layer(self, layer: int, x: Tensor, state: PosState) -> Tensor:
         return x
 
+    def prepare_export(self) -> None:
+        """Called once, in evaluation mode, before the model is traced for export (ONNX). An
+        encoding whose evaluation path draws random numbers (SPE) makes them constants here; one
+        whose hooks loop in Python over blocks chooses a traceable form itself while
+        ``torch.onnx.is_in_onnx_export()`` (relpos)."""
+
 
 NoPos = PositionalEncoding
 

@@ -95,6 +95,8 @@ class RelPos(PositionalEncoding):
         return torch.round(u[:, None, :] - u[:, :, None]).clamp_(-self.max_lag, self.max_lag).long()
 
     def begin(self, x: Tensor, times: Tensor, mask: Tensor) -> PosState:
+        if torch.onnx.is_in_onnx_export():  # a traced graph cannot hold the per-block Python loops
+            return PosState(times=times, mask=mask, extra={"rel_dense": self._dense_index(times)})
         t = torch.where(mask, times, times[:, :1])  # padded frames: any valid time (they are masked)
         ref = int(mask.sum(1).argmax())
         if bool(((t == t[ref]) | ~mask).all()):  # the batch shares its frame times: one index
@@ -129,12 +131,33 @@ class RelPos(PositionalEncoding):
             return self.tables[0] if layer == 0 else None
         return self.tables[layer]
 
-    def attn_bias(self, layer: int, q: Tensor, state: PosState) -> Optional[QBias]:
+    def attn_bias(self, layer: int, q: Tensor, state: PosState) -> "Optional[QBias | Tensor]":
         table = self.table(layer)
         if table is None:
             return None
-        return RelBias(table * (1.0 / math.sqrt(q.shape[-1])), state.extra["rel_blocks"], self.max_lag,
-                       self.zero_beyond)
+        w = table * (1.0 / math.sqrt(q.shape[-1]))
+        if "rel_dense" in state.extra:
+            return self._dense_bias(q, w, state.extra["rel_dense"])
+        return RelBias(w, state.extra["rel_blocks"], self.max_lag, self.zero_beyond)
+
+    def _dense_index(self, times: Tensor) -> Tensor:
+        """B x 1 x T x T column of every pair in ``[q . A_r for all rows r] + [0]`` (the last,
+        zero column for lags beyond the context with ``beyond: zero``): the export form."""
+        u = times.float() / self.opts.frame_step
+        lag = torch.round(u[:, None, :] - u[:, :, None])
+        index = lag.clamp(-self.max_lag, self.max_lag) + self.max_lag
+        if self.zero_beyond:
+            index = torch.where(lag.abs() > self.max_lag, torch.full_like(index, 2 * self.max_lag + 1), index)
+        return index.long()[:, None]
+
+    @staticmethod
+    def _dense_bias(q: Tensor, w: Tensor, index: Tensor) -> Tensor:
+        """bias[b, h, i, j] = q[b, h, i] . w[r(i, j)] as one product with all rows, then a gather:
+        B x H x T x (2M+2) + T x T (the fused path never forms it; exported graphs do)."""
+        s = torch.matmul(q, w.t())
+        s = torch.cat([s, s.new_zeros(*s.shape[:-1], 1)], -1)
+        B, H, T, _ = q.shape
+        return torch.gather(s, -1, index.expand(B, H, T, T))
 
 
 def _ld(W: int) -> int:

@@ -76,6 +76,8 @@ def relative_times(times: Tensor, mask: Tensor, opts: AugmentOptions, training: 
         if draws is None:  # no global shift: a no-op for a relative encoding (module doc)
             draws = cape_draw(t, mask, 0.0, opts.max_local_shift, opts.max_scale)
         return cape_augment(t, mask, draws)
+    if torch.onnx.is_in_onnx_export():  # a traced graph must not freeze the data-dependent choice below
+        return t
     ref = int(mask.sum(1).argmax())
     if bool(((t == t[ref]) | ~mask).all()):  # the padded pipeline: one shared row
         t = t[ref : ref + 1]
@@ -142,6 +144,12 @@ class Rope(PositionalEncoding):
         return z
 
     def qk(self, layer: int, q: Tensor, k: Tensor, state: PosState) -> tuple[Tensor, Tensor]:
+        if torch.onnx.is_in_onnx_export():  # ONNX has no complex numbers: the same rotation in real arithmetic
+            a = state.extra["rope_angles"]
+            fill = a.new_zeros(*a.shape[:-1], self.d_head // 2 - self.n_pairs)
+            cos = torch.cat([a.cos(), fill + 1.0], -1).float()[:, None]
+            sin = torch.cat([a.sin(), fill], -1).float()[:, None]
+            return rotate_real(q, cos, sin), rotate_real(k, cos, sin)
         real = torch.float64 if q.dtype == torch.float64 else torch.float32
         z = self.factors(state, torch.complex128 if real == torch.float64 else torch.complex64)
         return rotate(q, z, real), rotate(k, z, real)
@@ -156,3 +164,10 @@ def rotate(x: Tensor, z: Tensor, real: torch.dtype = torch.float32) -> Tensor:
         xr = xr.contiguous()
     xc = torch.view_as_complex(xr.unflatten(-1, (-1, 2)))
     return torch.view_as_real(xc * z).flatten(-2).to(x.dtype)
+
+
+def rotate_real(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """:func:`rotate` in real arithmetic (cos, sin: ... x T x D/2), for graphs without complex numbers."""
+    pairs = x.float().unflatten(-1, (-1, 2))
+    a, b = pairs[..., 0], pairs[..., 1]
+    return torch.stack((a * cos - b * sin, a * sin + b * cos), -1).flatten(-2).to(x.dtype)

@@ -168,9 +168,31 @@ class SineSPE(SPE):
         ph = 2 * math.pi * self.freqs()[..., None] * tau.float() + self.phases.float()[..., None]  # H D K N
         return (self.gains.float()[..., None] ** 2 * torch.cos(ph)).sum(2) / (2 * K)
 
-    def codes(self, u: Tensor, R: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
+    def prepare_export(self) -> None:
+        """The evaluation draws (``eval_seed``: the codes' noise, then the gates' noise, in the
+        order :meth:`begin` draws them) become constants of the exported graph."""
+        gen = self.generator()
+        z = self._draw_z(self.opts.realizations, gen)
+        eps = None
+        if self.gates is not None:
+            eps = torch.randn(self.n_layers, self.n_heads, self.d_head, self.opts.realizations, generator=gen)
+        self._export_draws = (z, eps)
+
+    def begin(self, x: Tensor, times: Tensor, mask: Tensor) -> PosState:
+        draws = getattr(self, "_export_draws", None)
+        if not (torch.onnx.is_in_onnx_export() and draws is not None):
+            return super().begin(x, times, mask)
+        # exported graphs: every row shares the frame times t * hop (asrkit.inference.onnx)
+        z, eps = draws
+        qbar, kbar = self._codes(times[0] / self.opts.frame_step, z)
+        return PosState(times=times, mask=mask, extra={"spe": (qbar, kbar, eps, True)})
+
+    def _draw_z(self, R: int, gen: torch.Generator) -> Tensor:
         H, D, K = self.n_heads, self.d_head, self.opts.sines
-        z = torch.randn(H, D, 2 * K, R, generator=gen).to(self.gains.device) * (1.0 / math.sqrt(2 * K))
+        return torch.randn(H, D, 2 * K, R, generator=gen).to(self.gains.device) * (1.0 / math.sqrt(2 * K))
+
+    def codes(self, u: Tensor, R: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
+        z = self._draw_z(R, gen)
         if torch.is_grad_enabled():  # keep only the codes: recompute the N x 2K modulations in backward
             return checkpoint(self._codes, u, z, use_reentrant=False)
         return self._codes(u, z)
