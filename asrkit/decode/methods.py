@@ -143,9 +143,13 @@ class Decoder:
         self.method = DECODE_METHODS[cfg.decode.method](model, cfg, tokenizer)
 
     @torch.no_grad()
-    def __call__(self, batch: dict) -> list[str]:
+    def decode(self, batch: dict) -> tuple[EncoderOutput, list[str]]:
+        """The encoder output (for alignments, analyses) and the hypothesis texts."""
         try:
             enc = self.model.encode(batch["feats"], batch["feat_lens"], batch["times"])
         except NoFramesError as e:
             raise e.naming(batch["ids"]) from None
-        return self.method(enc)
+        return enc, self.method(enc)
+
+    def __call__(self, batch: dict) -> list[str]:
+        return self.decode(batch)[1]

@@ -8,7 +8,7 @@
 Every input is cut into segments (one, or overlapping chunks for long recordings, see
 :mod:`asrkit.inference.chunking`), featurized exactly as in training and decoding (on-the-fly
 fbank, per-segment CMVN), and decoded in batches of ``batch_size`` segments with the configured
-method (:class:`asrkit.decode.run.Decoder`: greedy, prefix beam with an LM, WFST graph,
+method (:class:`asrkit.decode.methods.Decoder`: greedy, prefix beam with an LM, WFST graph,
 attention beam). Each hypothesis is aligned to its segment's frames (:mod:`asrkit.inference.align`)
 for word timings, and chunks are merged between words. Audio is read one segment at a time, so
 memory does not grow with the length of a recording beyond its transcript.
@@ -53,22 +53,6 @@ class Transcript:
         return d
 
 
-class _EncodeRecorder:
-    """Stands in for the model inside :class:`asrkit.decode.run.Decoder`: forwards everything and
-    keeps the last :class:`~asrkit.model.asr.EncoderOutput`, so alignment needs no second encoder pass."""
-
-    def __init__(self, model):
-        self._model = model
-        self.last = None
-
-    def encode(self, *args, **kwargs):
-        self.last = self._model.encode(*args, **kwargs)
-        return self.last
-
-    def __getattr__(self, name: str):
-        return getattr(self._model, name)
-
-
 @dataclass
 class _Segment:
     item: int  #: index of the input
@@ -96,8 +80,7 @@ class Transcriber:
         self.hop = cfg.decode.hop or cfg.features.hop
         self.frame_step = self.hop * cfg.frontend.stride  # seconds per encoder frame
         self.min_duration = max(float(min_duration), self.frame_step)
-        self._recorder = _EncodeRecorder(model)
-        self._decoder = Decoder(self._recorder, cfg, tokenizer)
+        self._decoder = Decoder(model, cfg, tokenizer)
         plan_chunks(1, 1, self.chunk_s, self.overlap_s, 0.0)  # validate the chunk options now
 
     @property
@@ -211,8 +194,7 @@ class Transcriber:
         batch = collate(utts)
         dev = self.device
         batch = {k: v.to(dev) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-        texts = self._decoder(batch)
-        enc = self._recorder.last
+        enc, texts = self._decoder.decode(batch)
         return [self._words(enc, b, text, s.chunk.offset) for b, (s, text) in enumerate(zip(segs, texts))]
 
     def _words(self, enc, b: int, text: str, offset: float) -> list[Word]:
