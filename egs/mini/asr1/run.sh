@@ -13,8 +13,8 @@ cd "$(dirname "$0")"
 # spelled in letters + a word unigram LM of the training text (LM weight 0.2, picked on dev), so
 # every hypothesis is a sequence of real words. Greedy CTC: --decode_args "decode.method=greedy".
 ../../TEMPLATE/asr1/asr.sh \
-    --corpus mini --corpus_dir "$MINI" --prepare_args "--train-hours 12" \
-    --train_sets train --dev_set dev --test_sets "test test-longform" \
+    --corpus mini --corpus_dir "$MINI" --prepare_args "--train-hours 12 --span-minutes 32" \
+    --train_sets train --dev_set dev --test_sets "test test-longform test-span" \
     --token_type letters --lm_order 1 \
     --train_config conf/train.yaml \
     --decode_args "decode.method=wfst decode.lm=data/lm/graph_letters_1gram decode.lm_weight=0.2" \
