@@ -193,6 +193,15 @@ def _seeds_of(row: dict) -> str:
     return "-"
 
 
+def _window_note(t: dict) -> str:
+    sets = {c["set"] for c in t["columns"]}
+    if len(sets) == 1:
+        return f"WER per long-form window size of the utterances of `{next(iter(sets))}`."
+    part = t["name"].removesuffix("-longform windows")
+    return (f"Long-form windows of consecutive utterances of `{part}` (`asrkit longform`: the same words at "
+            "every size; `whole`: one window per recording), each size decoded as a set of its own.")
+
+
 def format_compare_md(doc: dict[str, Any], plots: Sequence[str] = ()) -> str:
     """The ``compare.md`` text of a :func:`compute_comparison` document."""
     st = doc["settings"]
@@ -221,6 +230,8 @@ def format_compare_md(doc: dict[str, Any], plots: Sequence[str] = ()) -> str:
         labels = [c["label"] for c in t["columns"]]
         first = "Experiment"
         out += [f"## {t['name']}", ""]
+        if t["kind"] == "windows":
+            out += [_window_note(t), ""]
         rows = [[g, _seeds_of(r), *(_wer_cell(r.get(lab)) for lab in labels)] for g, r in t["rows"].items()]
         out += md_table([first, "seeds", *labels], rows, left_cols=2) + [""]
         for b, by_g in t["vs"].items():
