@@ -6,8 +6,10 @@ as one row of the comparison tables (mean and spread over the seeds). An experim
 suffix is a group of its own. The names only propose the grouping; the configs confirm it: the
 ``config.yaml`` of the members must be identical apart from :data:`SEED_KEYS` (the seed and
 settings that change neither the model nor the data it sees), and their ``train.seed`` values
-must differ, else :func:`group_experiments` raises ``ValueError`` naming the two directories and
-the keys. (Members without a ``config.yaml`` are grouped by name alone, with a warning.)
+must differ. Otherwise the experiments are not seeds of one configuration: each stays a row of
+its own (under its full name) and a warning names the two directories and the keys that differ,
+so nothing that differs in more than the seed is ever averaged. (Members without a
+``config.yaml`` are grouped by name alone, with a warning.)
 
 The recipes name their experiment dirs this way: ``run.sh --seeds "1 2 3" --tag T`` trains
 ``exp/T_seed1``... with ``train.seed=1``...
@@ -83,7 +85,8 @@ def _config(exp: Path) -> Optional[dict[str, Any]]:
     return {k.rstrip("."): v for k, v in _flat(yaml.safe_load(path.read_text()) or {}).items()}
 
 
-def _check_group(g: Group) -> None:
+def _check_group(g: Group) -> Optional[str]:
+    """Why the members of ``g`` are not seeds of one configuration (``None`` if they are)."""
     configs = {m.name: _config(m.dir) for m in g.members}
     missing = [m.dir for m in g.members if configs[m.name] is None]
     if missing:
@@ -94,20 +97,17 @@ def _check_group(g: Group) -> None:
         a, b = configs[have[0].name], configs[m.name]
         diff = sorted(k for k in set(a) | set(b) if k not in SEED_KEYS and a.get(k) != b.get(k))
         if diff:
-            raise ValueError(
-                f"{have[0].dir} and {m.dir} are named as seeds of {g.name!r} but their config.yaml "
-                f"differ in {', '.join(diff[:8])}{' ...' if len(diff) > 8 else ''} (besides the seed); "
-                "give them names without a common <name>_seed<N> form (--names) or --no-seed-groups"
-            )
+            return (f"{have[0].dir} and {m.dir} are named as seeds of {g.name!r} but their config.yaml "
+                    f"differ in {', '.join(diff[:8])}{' ...' if len(diff) > 8 else ''} (besides the seed)")
     seeds: dict[Any, Path] = {}
     for m in have:
         s = configs[m.name].get("train.seed")
         if s in seeds:
-            raise ValueError(f"{seeds[s]} and {m.dir} both trained with train.seed={s}: "
-                             f"they are not different seeds of {g.name!r}")
+            return f"{seeds[s]} and {m.dir} both trained with train.seed={s}: they are not different seeds"
         seeds[s] = m.dir
         if m.seed is not None and s != m.seed:
             logger.warning("%s: named seed %d but trained with train.seed=%s", m.dir, m.seed, s)
+    return None
 
 
 def group_experiments(
@@ -118,16 +118,26 @@ def group_experiments(
     groups: dict[str, Group] = {}
     for name, d in zip(names, exp_dirs):
         base, seed = split_seed(name) if by_seed else (name, None)
-        g = groups.setdefault(base, Group(base))
-        if seed is not None and any(m.seed == seed for m in g.members):
-            raise ValueError(f"two experiments are seed {seed} of {base!r}: "
-                             f"{next(m.dir for m in g.members if m.seed == seed)} and {d}")
-        g.members.append(Member(name, Path(d), seed))
+        groups.setdefault(base, Group(base)).members.append(Member(name, Path(d), seed))
+    out: list[Group] = []
     for g in groups.values():
-        if len(g.members) > 1 and any(m.seed is None for m in g.members):
-            raise ValueError(f"{g.name!r} is both an experiment name and the base name of seeds "
-                             f"({', '.join(m.name for m in g.members)}); rename one")
         g.members.sort(key=lambda m: (m.seed is None, m.seed or 0))
-        if len(g.members) > 1:
-            _check_group(g)
-    return list(groups.values())
+        why = None
+        if len(g.members) > 1 and any(m.seed is None for m in g.members):
+            why = f"{g.name!r} is both an experiment name and the base name of seeds"
+        elif len({m.seed for m in g.members}) < len(g.members):
+            why = f"two experiments are the same seed of {g.name!r}"
+        elif len(g.members) > 1:
+            why = _check_group(g)
+        if why is None:
+            out.append(g)
+        else:
+            logger.warning("%s: not grouped as seeds, one row each (%s)", why,
+                           ", ".join(m.name for m in g.members))
+            out += [Group(m.name, [Member(m.name, m.dir, None)]) for m in g.members]
+    names = [g.name for g in out]
+    clash = sorted({n for n in names if names.count(n) > 1})
+    if clash:
+        raise ValueError(f"experiment name(s) {', '.join(clash)} name both a seed group and an experiment; "
+                         "give distinct --names")
+    return out

@@ -21,8 +21,9 @@ negative: the candidate is better):
 - ``delta`` with the paired bootstrap interval of the seed means, ``p_bootstrap``;
 - every pair (baseline seed, candidate seed): :func:`asrkit.scoring.significance.compare_results`
   (paired bootstrap, MAPSSWE, sign and Wilcoxon tests; the sign/Wilcoxon unit is the utterance
-  or the speaker, ``sign_unit``); ``mapsswe_p``/``sign_p`` in the table: the largest over the
-  pairs (the weakest evidence);
+  or the speaker, ``sign_unit``; in ``pairs``, system ``a`` of each test is the baseline seed and
+  ``b`` the candidate seed); ``mapsswe_p``/``sign_p`` in the table: the largest over the pairs
+  (the weakest evidence);
 - ``seeds_p``: an exact permutation test on the seeds' WERs (all ways to split the ``S_a + S_b``
   per-seed WERs into groups of the two sizes), one-sided in the direction of ``delta``: the
   probability, were the seeds of both configurations exchangeable, that the candidate's mean is
