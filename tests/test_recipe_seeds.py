@@ -32,7 +32,7 @@ def recipe(tmp_path):
     egs = tmp_path / "egs"
     mini = egs / "mini" / "asr1"
     mini.mkdir(parents=True)
-    for name in ("run.sh", "run_pos_compare.sh"):
+    for name in ("run.sh", "run_pos_compare.sh", "run_budget_curve.sh"):
         shutil.copy(ROOT / "egs" / "mini" / "asr1" / name, mini / name)
     (mini / "db.sh").write_text("MINI=/nowhere\n")
     (mini / "path.sh").write_text("")
@@ -79,6 +79,7 @@ def test_run_sh_seed_spellings_and_default_tag(recipe):
     ("run_pos_compare.sh", ["--seeds", "one"], "--seeds needs one or more non-negative integers"),
     ("run_pos_compare.sh", ["--seeds", "1 2", "--steps", "0"], "--steps must be a positive integer"),
     ("run_pos_compare.sh", ["--seedz", "1"], "unknown option --seedz"),
+    ("run_budget_curve.sh", ["--every", "0"], "--every must be a positive integer"),
 ])
 def test_bad_seed_options_fail_before_any_work(recipe, script, args, message):
     p, calls = _run(recipe, script, *args)
