@@ -240,8 +240,10 @@ def format_compare_md(doc: dict[str, Any], plots: Sequence[str] = ()) -> str:
                 out += [f"Against `{b}` (plots: {marks[b]}):", ""]
                 out += md_table([f"vs {b}", *labels], rows) + [""]
         if any(t["cost"].values()):
-            out += ["Decoding cost: real-time factor (decode seconds / audio seconds, mean over seeds) / "
-                    "peak memory increase while decoding one utterance, MiB (largest over seeds):", ""]
+            out += ["Decoding cost (decode_info.json): real-time factor (decode seconds / audio seconds, mean "
+                    "over seeds) / peak memory: the largest increase of the decoding process's resident memory "
+                    "while decoding one batch (one utterance at batch size 1) of the column, MiB, largest over "
+                    "seeds:", ""]
             rows = [[g, *(_cost_cell(r.get(lab)) for lab in labels)] for g, r in t["cost"].items()]
             out += md_table(["Decoding", *labels], rows) + [""]
     for p in plots:
