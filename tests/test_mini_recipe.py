@@ -39,7 +39,7 @@ def recipe(tmp_path_factory):
 
 
 SMOKE = ["--token_type", "letters", "--train_config", "conf/train_smoke.yaml",
-         "--prepare_args", "--train-hours 0.03 --dev-minutes 0.5 --test-minutes 0.5 --longform-minutes 1"]
+         "--prepare_args", "--train-hours 0.03 --dev-minutes 0.5 --test-minutes 0.5 --longform-minutes 1 --span-minutes 1"]
 
 
 def test_all_stages_then_skip(recipe):
@@ -96,11 +96,31 @@ def test_comparison_scripts_smoke(recipe):
     """The mini comparison scripts run end to end (tiny models, a few steps) and write their tables."""
     _run(recipe, *SMOKE, "--stop_stage", "3")  # the tiny corpus (skipped when the test above made it)
     tiny = ["--train_config", "conf/train_smoke.yaml"]
-    _run_script(recipe, "run_pos_compare.sh", "--encodings", "nopos relpos spe_sine", "--steps", "2",
-                "--windows", "10 20", *tiny)
-    md = (recipe / "exp" / "pos_compare" / "compare.md").read_text()
-    assert all(f"| pos_{e} |" in md for e in ("nopos", "relpos", "spe_sine"))
-    assert "test-longform windows 10s" in md and (recipe / "exp" / "pos_compare" / "wer_vs_window.png").is_file()
+    # the study in small: 2 encodings x 2 seeds, compared against both baselines
+    _run_script(recipe, "run_pos_compare.sh", "--encodings", "nopos sinpos", "--seeds", "1", "2", "--steps", "2",
+                "--windows", "10 20", "--long_windows", "60 whole", *tiny)
+    out = recipe / "exp" / "pos_compare"
+    md, doc = (out / "compare.md").read_text(), json.loads((out / "compare.json").read_text())
+    assert (recipe / "RESULTS.md").read_text() == md and (recipe / "wer_vs_window.png").is_file()
+    tables = {t["name"]: t for t in doc["tables"]}
+    assert list(tables) == ["test", "test-longform", "test-span", "test-longform windows", "test-span-longform windows"]
+    span = tables["test-span"]
+    assert list(span["rows"]) == ["pos_nopos", "pos_sinpos"]
+    for b in ("<10s", "10-15s", "15-20s", ">=20s"):  # every duration bin has utterances
+        assert span["rows"]["pos_sinpos"][b]["n_utts"] > 0 and span["rows"]["pos_sinpos"][b]["n_seeds"] == 2
+        assert span["cost"]["pos_nopos"][b]["rtf"] > 0 and span["cost"]["pos_nopos"][b]["peak_rss_delta_mib"] >= 0
+    assert [c["label"] for c in tables["test-span-longform windows"]["columns"]] == ["60s", "whole"]
+    assert [c["label"] for c in tables["test-longform windows"]["columns"]] == ["10s", "20s"]
+    vs = span["vs"]["pos_nopos"]["pos_sinpos"]["all"]
+    assert len(vs["pairs"]) == 4 and vs["mark"] != "*"  # 2 + 2 seeds never pass the test across seeds
+    assert list(span["vs"]["pos_sinpos"]) == ["pos_nopos"]
+    assert "| vs pos_nopos |" in md and "| vs pos_sinpos |" in md and "| pos_sinpos | 1,2 |" in md
+    # the other encodings' special cases (linear attention for SPE) still run, one seed
+    _run_script(recipe, "run_pos_compare.sh", "--encodings", "relpos spe_sine", "--seeds", "1", "--steps", "2",
+                "--windows", "10 20", "--long_windows", "60 whole", "--baselines", "relpos", "--out",
+                "exp/pos_compare2", "--results", "", *tiny)
+    md = (recipe / "exp" / "pos_compare2" / "compare.md").read_text()
+    assert "| pos_spe_sine | 1 |" in md and "| vs pos_relpos |" in md
 
     _run_script(recipe, "run_padfree_compare.sh", "--encodings", "cape", "--steps", "2", "--hops", "10,20", *tiny)
     out = recipe / "exp" / "padfree_compare"

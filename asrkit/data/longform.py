@@ -1,8 +1,9 @@
-"""`asrkit longform`: long-form evaluation sets -- windows of 10..45 s built from consecutive segments.
+"""`asrkit longform`: long-form evaluation sets -- windows of 10..45 s (or any size, or whole
+recordings) built from consecutive segments.
 
-For each window size W (default 10, 15, ..., 45 s) every eligible segment of a part is put in
-exactly one window, so **every window size covers the same segments and the same words** and
-WER is comparable across sizes.
+For each window size W (default 10, 15, ..., 45 s; ``whole``: one window per run, see below)
+every eligible segment of a part is put in exactly one window, so **every window size covers the
+same segments and the same words** and WER is comparable across sizes.
 
 1. *Runs.* Segments are grouped per recording (TED-LIUM: per talk) or per chapter (LibriSpeech
    layout: ``<speaker>-<chapter>-<nnnn>``) and ordered in time. A run is a maximal sequence of
@@ -26,6 +27,11 @@ WER is comparable across sizes.
    (a MixedCut; one segment: a MonoCut). Each window cut has one supervision whose text is the
    segments' texts joined by spaces, and custom fields ``window`` (W, seconds), ``segments``
    (the ids) and ``full``. Ids are deterministic: ``<first segment id>_w<W>_<n segments>``.
+
+Whole recordings (``--windows whole``, :data:`WHOLE`): each run is one window, however long (in
+LibriSpeech's layout a whole chapter when its numbering has no hole; TED-LIUM: the stretch of a
+talk between two breaks). Those cuts have ``window`` None (decoding writes no window size) and
+``whole`` True; their set is ``<part>-longformwhole``.
 
 Output: ``<corpus>_cuts_<part>-longform<W>.jsonl.gz`` next to the part's manifests (atomic).
 """
@@ -51,7 +57,27 @@ EPS = 1e-6
 logger = logging.getLogger(__name__)
 
 WINDOWS = (10, 15, 20, 25, 30, 35, 40, 45)
+#: the window "size" of whole recordings (one window per run)
+WHOLE = math.inf
 MAX_GAP = 1.0
+
+
+def window_name(window: float) -> str:
+    """How a window size is written in set names and ids: ``10``, ``12.5``, ``whole``."""
+    return "whole" if window == WHOLE else f"{window:g}"
+
+
+def parse_window(text: str) -> float:
+    """A window size from the command line: positive seconds, or ``whole`` (:data:`WHOLE`)."""
+    if text.strip().lower() == "whole":
+        return WHOLE
+    try:
+        w = float(text)
+    except ValueError:
+        w = float("nan")
+    if not (math.isfinite(w) and w > 0):
+        raise ValueError(f"bad window size {text!r}: give positive seconds (e.g. 60) or 'whole'")
+    return w
 
 #: corpus -> (window style, default parts)
 CORPUS_STYLES = {
@@ -174,12 +200,19 @@ def partition(starts: Sequence[float], ends: Sequence[float], window: float) -> 
         k += 1
 
 
+def _custom(segs: list[Seg], window: float, length: float) -> dict:
+    """The custom fields of a window cut (see the module docstring)."""
+    if window == WHOLE:
+        return {"window": None, "whole": True, "segments": [s.id for s in segs], "full": True}
+    return {"window": window, "segments": [s.id for s in segs], "full": length >= window / 2 - EPS}
+
+
 def _window_cut_span(segs: list[Seg], window: float) -> MonoCut:
     first, last = segs[0], segs[-1]
     start, end = first.start, last.end
-    cid = f"{first.id}_w{window:g}_{len(segs)}"
+    cid = f"{first.id}_w{window_name(window)}_{len(segs)}"
     sup0 = first.cut.supervisions[0]
-    custom = {"window": window, "segments": [s.id for s in segs], "full": end - start >= window / 2 - EPS}
+    custom = _custom(segs, window, end - start)
     sup = SupervisionSegment(
         id=cid,
         recording_id=first.cut.recording_id,
@@ -205,10 +238,10 @@ def _window_cut_span(segs: list[Seg], window: float) -> MonoCut:
 
 def _window_cut_append(segs: list[Seg], window: float):
     first = segs[0]
-    cid = f"{first.id}_w{window:g}_{len(segs)}"
+    cid = f"{first.id}_w{window_name(window)}_{len(segs)}"
     total = sum(s.cut.duration for s in segs)
     sup0 = first.cut.supervisions[0]
-    custom = {"window": window, "segments": [s.id for s in segs], "full": total >= window / 2 - EPS}
+    custom = _custom(segs, window, total)
     sup = SupervisionSegment(
         id=cid,
         recording_id=first.cut.recording_id,
@@ -260,7 +293,7 @@ def make_windows(cuts: CutSet, style: str, windows: Sequence[float] = WINDOWS, m
 
 
 def longform_path(out_dir: Path | str, corpus: str, part: str, window: float) -> Path:
-    return manifest_path(out_dir, corpus, "cuts", f"{part}-longform{window:g}")
+    return manifest_path(out_dir, corpus, "cuts", f"{part}-longform{window_name(window)}")
 
 
 def build(
@@ -292,10 +325,17 @@ def build(
         paths[w] = path
         durs = [c.duration for c in cs]
         logger.info(
-            "%s/%s long-form %gs: %d windows, %.1f..%.1f s (mean %.1f), %d words",
-            corpus, part, w, len(cs), min(durs), max(durs), sum(durs) / len(durs), words,
+            "%s/%s long-form %s: %d windows, %.1f..%.1f s (mean %.1f), %d words",
+            corpus, part, window_name(w), len(cs), min(durs), max(durs), sum(durs) / len(durs), words,
         )
     return paths
+
+
+def _window_arg(text: str) -> float:
+    try:
+        return parse_window(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -305,7 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("corpus", help=f"corpus name of the manifests ({', '.join(CORPUS_STYLES)} or another with --style)")
     p.add_argument("--manifests", type=Path, default=Path("data/manifests"), help="manifest directory")
     p.add_argument("--parts", nargs="*", default=None, help="parts (default: the corpus' dev/test parts that exist)")
-    p.add_argument("--windows", nargs="*", type=float, default=list(WINDOWS), help="window sizes in seconds")
+    p.add_argument("--windows", nargs="*", type=_window_arg, default=list(WINDOWS),
+                   help="window sizes in seconds, or 'whole' (one window per run: whole recordings)")
     p.add_argument("--style", choices=("span", "append"), default=None, help="override the corpus' window style")
     p.add_argument("--max-gap", type=float, default=MAX_GAP, help="break runs at silences longer than this (s)")
     p.add_argument("--out", type=Path, default=None, help="output directory (default: --manifests)")
@@ -320,5 +361,5 @@ def main(argv: list[str] | None = None) -> int:
     for part in parts:
         paths = build(args.manifests, args.corpus, part, args.windows, args.style, args.max_gap, args.out)
         for w, path in paths.items():
-            print(f"{args.corpus} {part} {w:g}s -> {path}")
+            print(f"{args.corpus} {part} {window_name(w)}{'' if w == WHOLE else 's'} -> {path}")
     return 0

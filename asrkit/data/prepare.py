@@ -55,6 +55,7 @@ _CORPUS_OPTIONS: dict[str, tuple[str, ...]] = {
     "dev_minutes": ("mini",),
     "test_minutes": ("mini",),
     "longform_minutes": ("mini",),
+    "span_minutes": ("mini",),
     "flac_dir": ("wsj",),
     "skip_bad_audio": ("wsj",),
     "allow_missing_discs": ("wsj",),
@@ -91,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--dev-minutes", type=float, default=15.0)
     g.add_argument("--test-minutes", type=float, default=15.0)
     g.add_argument("--longform-minutes", type=float, default=15.0)
+    g.add_argument("--span-minutes", type=float, default=0.0,
+                   help="test-span: 2-45 s files, the same audio in each duration bin (0: not made)")
     g = p.add_argument_group("wsj only")
     g.add_argument("--flac-dir", type=Path, default=None, help="cache the decoded .wv1 audio here as FLAC")
     g.add_argument("--skip-bad-audio", action="store_true", help="drop missing/corrupt audio files (warned) instead of failing")
@@ -113,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     kwargs = dict(corpus_dir=args.corpus_dir, out_dir=args.out, parts=args.parts, num_jobs=args.num_jobs)
     if args.corpus == "mini":
         kwargs.update(seed=args.seed, train_hours=args.train_hours, dev_minutes=args.dev_minutes,
-                      test_minutes=args.test_minutes, longform_minutes=args.longform_minutes)
+                      test_minutes=args.test_minutes, longform_minutes=args.longform_minutes,
+                      span_minutes=args.span_minutes)
     elif args.corpus == "wsj":
         kwargs.update(flac_dir=args.flac_dir, skip_bad_audio=args.skip_bad_audio,
                       allow_missing_discs=args.allow_missing_discs,

@@ -12,7 +12,11 @@ resampled from 22.05 kHz to 16 kHz and written exactly like LibriSpeech::
 
 so ``lhotse.recipes.prepare_librispeech`` reads it through the same code path as the real
 corpus. Parts: ``train``, ``dev``, ``test`` and ``test-longform`` (20-45 s files made of
-consecutive sentences separated by short pauses). No dev/test/long-form sentence occurs in
+consecutive sentences separated by short pauses), and on request (``span_minutes``) ``test-span``:
+files of consecutive sentences whose durations span 2-45 s, stratified over the scoring's
+duration bins (:data:`SPAN_BINS`: 2-10, 10-15, 15-20, 20-45 s) with about the same amount of
+audio, and so of words, in each bin, in long chapters (about 4 minutes) that long-form windows of
+60 s, 120 s and whole chapters are cut from. No dev/test/long-form/span sentence occurs in
 train, and the held-out parts share no sentence either.
 
 Speakers: one espeak-ng voice (an English accent plus a voice variant, e.g. ``en-us+m3``),
@@ -82,6 +86,11 @@ PITCH_RANGE = (30, 70)  # espeak-ng base pitch (espeakPITCH), 0-100 scale
 WORDS_PER_SENTENCE = (3, 12)
 LONGFORM_SECONDS = (20.0, 45.0)
 PARTS = ("train", "dev", "test", "test-longform")
+#: the duration-stratified evaluation part (made only when ``span_minutes`` > 0)
+SPAN_PART = "test-span"
+ALL_PARTS = (*PARTS, SPAN_PART)
+#: its bins, [lo, hi) seconds: the scoring's default bins (10, 15, 20 s) from 2 s up to 45 s
+SPAN_BINS = ((2.0, 10.0), (10.0, 15.0), (15.0, 20.0), (20.0, 45.0))
 
 #: English accents of espeak-ng (voice file names) ...
 ACCENTS = (
@@ -111,8 +120,10 @@ _PART_LAYOUT = {
     "dev": (1, (3000, 4000), (40000, 50000), 90.0, 4),
     "test": (2, (4000, 5000), (50000, 60000), 90.0, 4),
     "test-longform": (3, (5000, 6000), (60000, 70000), 120.0, 4),
+    SPAN_PART: (4, (6000, 7000), (70000, 80000), 240.0, 4),
 }
 _CHAPTER_SECONDS = 90.0  # aim for chapters of about this length, 2..12 per speaker
+_SPAN_CHAPTER_SECONDS = 240.0  # test-span: one ~4 min chapter per speaker (whole-chapter windows > 120 s)
 _RATE_JITTER = 8  # per-utterance rate jitter around the speaker's base rate (wpm)
 _PITCH_JITTER = 5  # per-utterance pitch jitter around the speaker's base pitch
 _PAUSE_SECONDS = (0.2, 0.8)  # pause between sentences of a long-form file
@@ -123,6 +134,7 @@ _NOISE_SPREAD_DB = 10.0  # noise level drawn from [noise_db - spread, noise_db]
 _EST_FACTOR = 0.72
 _UTT_EST = 2.7  # typical seconds per file (planning only)
 _LONGFORM_EST = 32.0
+_SPAN_EST = 12.0  # mean file length of test-span (equal seconds per bin)
 
 
 # ----------------------------------------------------------------------------- config
@@ -144,12 +156,13 @@ class SynthConfig:
     jobs: int = 2
     noise_db: Optional[float] = -30.0  # noise floor relative to the speech RMS (dB); None: off
     max_silence: float = 0.5  # leading/trailing silence drawn from [0.05, max_silence] s
+    span_minutes: float = 0.0  # test-span (2-45 s files, every duration bin); 0: not made
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first invalid field and what would be valid."""
         if not isinstance(self.seed, (int, np.integer)) or isinstance(self.seed, bool) or self.seed < 0:
             raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
-        for name in ("train_hours", "dev_minutes", "test_minutes", "longform_minutes"):
+        for name in ("train_hours", "dev_minutes", "test_minutes", "longform_minutes", "span_minutes"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
@@ -166,12 +179,13 @@ class SynthConfig:
             raise ValueError(f"max_silence must be in [0.05, 5] seconds, got {self.max_silence!r}")
 
     def part_seconds(self) -> dict[str, float]:
-        """Target seconds of audio per part, in :data:`PARTS` order."""
+        """Target seconds of audio per part, in :data:`ALL_PARTS` order."""
         return {
             "train": self.train_hours * 3600.0,
             "dev": self.dev_minutes * 60.0,
             "test": self.test_minutes * 60.0,
             "test-longform": self.longform_minutes * 60.0,
+            SPAN_PART: self.span_minutes * 60.0,
         }
 
 
@@ -282,7 +296,8 @@ def _plan_part(
     seed = config.seed
     srng = _rng(seed, part_index, 0)
     # Tiny parts get fewer speakers and chapters than the minimum rather than extra audio.
-    est_utts = max(1, round(seconds / (_LONGFORM_EST if part == "test-longform" else _UTT_EST)))
+    est_file = {"test-longform": _LONGFORM_EST, SPAN_PART: _SPAN_EST}.get(part, _UTT_EST)
+    est_utts = max(1, round(seconds / est_file))
     n_spk = min(max(min_speakers, math.ceil(seconds / spk_seconds)), est_utts)
     if n_spk > spk_range[1] - spk_range[0]:
         raise ValueError(f"part {part!r}: {seconds / 3600:.1f} h is too large for this generator")
@@ -302,13 +317,16 @@ def _plan_part(
             )
         )
     per_spk = seconds / n_spk
-    n_ch = [min(12, max(2, round(per_spk / _CHAPTER_SECONDS)), max(1, est_utts // n_spk)) for _ in speakers]
+    # test-span: one long chapter per speaker; other parts: 2..12 chapters of about 90 s
+    ch_seconds, min_ch = (_SPAN_CHAPTER_SECONDS, 1) if part == SPAN_PART else (_CHAPTER_SECONDS, 2)
+    n_ch = [min(12, max(min_ch, round(per_spk / ch_seconds)), max(1, est_utts // n_spk)) for _ in speakers]
     if sum(n_ch) > ch_range[1] - ch_range[0]:
         raise ValueError(f"part {part!r}: {seconds / 3600:.1f} h is too large for this generator")
     ch_ids = srng.choice(np.arange(*ch_range), size=sum(n_ch), replace=False)
 
     sample = _SentenceSampler(_rng(seed, part_index, 1), used)
     longform = part == "test-longform"
+    bin_seconds = [0.0] * len(SPAN_BINS)  # test-span: planned seconds per bin
     chapters: list[ChapterPlan] = []
     planned = 0.0
     target_so_far = 0.0
@@ -320,7 +338,13 @@ def _plan_part(
             target_so_far += per_spk / n
             while not chapter.utterances or planned < target_so_far:
                 utt_id = f"{speaker.speaker_id}-{chapter.chapter_id}-{len(chapter.utterances):04d}"
-                utt, est = _plan_utterance(utt_id, speaker, urng, sample, config, longform)
+                span_bin = None
+                if part == SPAN_PART:  # the bin with the least audio so far gets the next file
+                    k = min(range(len(SPAN_BINS)), key=lambda b: (bin_seconds[b], b))
+                    span_bin = SPAN_BINS[k]
+                utt, est = _plan_utterance(utt_id, speaker, urng, sample, config, longform, span_bin)
+                if span_bin is not None:
+                    bin_seconds[k] += est
                 chapter.utterances.append(utt)
                 chapter.est_seconds += est
                 planned += est
@@ -335,6 +359,7 @@ def _plan_utterance(
     sample: Callable[[], str],
     config: SynthConfig,
     longform: bool,
+    span_bin: Optional[tuple[float, float]] = None,
 ) -> tuple[UtterancePlan, float]:
     u = rng.random(6).tolist()
     rate = min(max(speaker.base_rate + int(u[0] * (2 * _RATE_JITTER + 1)) - _RATE_JITTER, WPM_RANGE[0]), WPM_RANGE[1])
@@ -347,6 +372,8 @@ def _plan_utterance(
     if config.noise_db is not None:
         noise_db = round(config.noise_db - _NOISE_SPREAD_DB * u[5], 2)
     seed = int(rng.integers(1, 2**31 - 1))  # this utterance's own seed (espeak-ng, noise)
+    if span_bin is not None:
+        return _plan_span(utt_id, rng, sample, span_bin, (rate, pitch, seed, lead, trail, peak_db, noise_db))
     if not longform:
         sentence = sample()
         est = estimate_seconds(len(sentence.split()), rate) + lead + trail
@@ -371,21 +398,58 @@ def _plan_utterance(
     return plan, target + 3.0
 
 
+def _plan_span(
+    utt_id: str,
+    rng: np.random.Generator,
+    sample: Callable[[], str],
+    span_bin: tuple[float, float],
+    prosody: tuple,
+) -> tuple[UtterancePlan, float]:
+    """A test-span file: consecutive sentences whose duration lies in ``span_bin`` [lo, hi).
+    The target is uniform in [lo + 0.5, hi - 0.5] s; candidate sentences reach well past ``hi``
+    (the synthesizer keeps those that bring the file to the target within the bin, see
+    :func:`speak_sentences`)."""
+    rate, _, _, lead, trail, _, _ = prosody
+    lo, hi = span_bin
+    target = round(lo + 0.5 + float(rng.random()) * (hi - lo - 1.0), 3)
+    sentences: list[str] = []
+    pauses: list[float] = []
+    est = lead + trail
+    while est < hi + 15.0:
+        if sentences:
+            pauses.append(round(_PAUSE_SECONDS[0] + float(rng.random()) * (_PAUSE_SECONDS[1] - _PAUSE_SECONDS[0]), 3))
+            est += pauses[-1]
+        sentences.append(sample())
+        est += estimate_seconds(len(sentences[-1].split()), rate)
+    plan = UtterancePlan(utt_id, tuple(sentences), *prosody, pauses=tuple(pauses), target=target)
+    return plan, target + 1.0
+
+
+def target_bounds(target: float) -> tuple[float, float]:
+    """The [lo, hi) seconds a file planned for ``target`` seconds must end up in: the span bin
+    holding ``target`` below 20 s, else the long-form range (20-45 s, upper edge included)."""
+    for lo, hi in SPAN_BINS[:-1]:
+        if lo <= target < hi:
+            return lo, hi
+    return LONGFORM_SECONDS
+
+
 def plan_corpus(config: SynthConfig) -> dict[str, PartPlan]:
     """Plan every part with a non-zero size (text, speakers, prosody; no audio).
 
-    Held-out parts are planned first (dev, test, test-longform) and train last, each drawing
-    only sentences not used before, so held-out sentences never occur in train and the
-    held-out parts do not depend on the train size.
+    Held-out parts are planned first (dev, test, test-longform, test-span) and train last, each
+    drawing only sentences not used before, so held-out sentences never occur in train and the
+    held-out parts do not depend on the train size. (test-span comes last of them, so the
+    other held-out parts do not depend on its size either.)
     """
     config.validate()
     used: set[str] = set()
     seconds = config.part_seconds()
     plans: dict[str, PartPlan] = {}
-    for part in ("dev", "test", "test-longform", "train"):
+    for part in ("dev", "test", "test-longform", SPAN_PART, "train"):
         if seconds[part] > 0:
             plans[part] = _plan_part(part, seconds[part], config, used)
-    return {p: plans[p] for p in PARTS if p in plans}
+    return {p: plans[p] for p in ALL_PARTS if p in plans}
 
 
 # ----------------------------------------------------------------------------- audio
@@ -564,32 +628,45 @@ def _longform_stop(total: int, add: int, target: int, limit: int) -> Optional[bo
     return None if total + add < target else False
 
 
-def speak(engine: _Espeak, speaker: SpeakerProfile, utt: UtterancePlan) -> list[np.ndarray]:
-    """espeak-ng samples (22.05 kHz int16) of the sentences of ``utt`` that are kept.
+def speak_sentences(engine: _Espeak, speaker: SpeakerProfile, utt: UtterancePlan) -> list[tuple[str, np.ndarray]]:
+    """The sentences of ``utt`` that are kept, with their espeak-ng samples (22.05 kHz int16).
 
-    Long-form utterances keep adding sentences until ``utt.target`` seconds (counting
-    silences and pauses) without passing the long-form maximum.
+    A file with a ``target`` (long-form, test-span) takes sentences in order until it lasts
+    ``utt.target`` seconds (counting silences and pauses), never passing the upper edge of
+    :func:`target_bounds`; a sentence that would pass it ends the file if the file has reached
+    the lower edge, and is skipped otherwise (the next candidate is tried). The ``k``-th kept
+    sentence follows pause ``utt.pauses[k - 1]``.
     """
     engine.set_prosody(utt.rate, utt.pitch, speaker.pitch_range, utt.seed)
     if utt.target is None:
-        return [engine.synth(utt.sentences[0] + ".")]
+        return [(utt.sentences[0], engine.synth(utt.sentences[0] + "."))]
     sr = ESPEAK_SAMPLE_RATE
-    segments: list[np.ndarray] = []
+    lo, hi = target_bounds(utt.target)
+    kept: list[tuple[str, np.ndarray]] = []
     total = round((utt.lead + utt.trail) * sr)
     target = round(utt.target * sr)
     # keep a few 16 kHz samples of margin: resampling and the silences round up
-    limit = int((LONGFORM_SECONDS[1] * SAMPLE_RATE - 4) * sr / SAMPLE_RATE)
-    for i, sentence in enumerate(utt.sentences):
+    limit = int((hi * SAMPLE_RATE - 4) * sr / SAMPLE_RATE)
+    floor = int((lo * SAMPLE_RATE + 4) * sr / SAMPLE_RATE)
+    for sentence in utt.sentences:
         seg = engine.synth(sentence + ".")
-        add = len(seg) + (round(utt.pauses[i - 1] * sr) if i else 0)
+        add = len(seg) + (round(utt.pauses[len(kept) - 1] * sr) if kept else 0)
         decision = _longform_stop(total, add, target, limit)
         if decision is True:
-            break
-        segments.append(seg)
+            if total >= floor:
+                break
+            continue  # too long to fit the bin: try the next candidate
+        kept.append((sentence, seg))
         total += add
         if decision is False:
             break
-    return segments
+    return kept
+
+
+def speak(engine: _Espeak, speaker: SpeakerProfile, utt: UtterancePlan) -> list[np.ndarray]:
+    """espeak-ng samples (22.05 kHz int16) of the sentences of ``utt`` that are kept
+    (:func:`speak_sentences`)."""
+    return [seg for _, seg in speak_sentences(engine, speaker, utt)]
 
 
 def render(utt: UtterancePlan, segments: Sequence[np.ndarray], resampler: Resampler) -> np.ndarray:
@@ -626,15 +703,19 @@ def _chapter_files(engine: _Espeak, resampler: Resampler, chapter: ChapterPlan, 
     out_dir.mkdir(parents=True, exist_ok=True)
     lines, meta = [], []
     for utt in chapter.utterances:
-        segments = speak(engine, spk, utt)
+        kept = speak_sentences(engine, spk, utt)
+        segments = [seg for _, seg in kept]
         if not segments or not any(len(s) for s in segments):
             raise RuntimeError(f"espeak-ng produced no audio for {utt.utt_id}: {utt.sentences[0]!r}")
         audio = render(utt, segments, resampler)
         duration = len(audio) / SAMPLE_RATE
-        if utt.target is not None and not (LONGFORM_SECONDS[0] <= duration <= LONGFORM_SECONDS[1]):
-            raise RuntimeError(f"long-form {utt.utt_id} is {duration:.2f} s, outside {LONGFORM_SECONDS} s")
+        if utt.target is not None:
+            lo, hi = target_bounds(utt.target)
+            inside = lo <= duration <= hi if (lo, hi) == LONGFORM_SECONDS else lo <= duration < hi
+            if not inside:
+                raise RuntimeError(f"{chapter.part} file {utt.utt_id} is {duration:.2f} s, outside {lo:g}-{hi:g} s")
         sf.write(out_dir / f"{utt.utt_id}.flac", audio, SAMPLE_RATE, format="FLAC", subtype="PCM_16")
-        sentences = utt.sentences[: len(segments)]
+        sentences = [sentence for sentence, _ in kept]
         text = " ".join(sentences).upper()
         lines.append(f"{utt.utt_id} {text}\n")
         meta.append({
@@ -820,6 +901,7 @@ def synthesize_corpus(
     max_silence: float = 0.5,
     overwrite: bool = False,
     config: Optional[SynthConfig] = None,
+    span_minutes: float = 0.0,
 ) -> Path:
     """Synthesize the corpus under ``out_dir/LibriSpeech`` and return that directory.
 
@@ -829,7 +911,7 @@ def synthesize_corpus(
     """
     if config is None:
         config = SynthConfig(seed, train_hours, dev_minutes, test_minutes, longform_minutes,
-                             jobs, noise_db, max_silence)
+                             jobs, noise_db, max_silence, span_minutes)
     config.validate()
     root = Path(out_dir) / "LibriSpeech"
     root.mkdir(parents=True, exist_ok=True)
@@ -847,6 +929,7 @@ def synthesize_corpus(
         "pitch_range": list(PITCH_RANGE),
         "words_per_sentence": list(WORDS_PER_SENTENCE),
         "longform_seconds": list(LONGFORM_SECONDS),
+        "span_bins": [list(b) for b in SPAN_BINS],
         "resampler": "numpy polyphase Kaiser-windowed sinc 22050->16000 Hz, 64 taps, -6 dB at 7.2 kHz",
     })
     info.setdefault("parts", {})
@@ -891,6 +974,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--test-minutes", type=float, default=15.0, help="minutes of test audio (default 15)")
     p.add_argument("--longform-minutes", type=float, default=15.0,
                    help="minutes of test-longform audio, 20-45 s files (default 15)")
+    p.add_argument("--span-minutes", type=float, default=0.0,
+                   help="minutes of test-span audio: 2-45 s files, the same amount in each duration bin "
+                        "(2-10, 10-15, 15-20, 20-45 s), ~4 min chapters (default 0: not made)")
     p.add_argument("--jobs", type=int, default=2, help="worker processes (default 2; output does not depend on it)")
     p.add_argument("--noise-db", type=_noise_arg, default=-30.0,
                    help="noise floor in dB relative to the speech RMS, drawn per utterance from "
@@ -909,7 +995,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     config = SynthConfig(
         seed=args.seed, train_hours=args.train_hours, dev_minutes=args.dev_minutes,
         test_minutes=args.test_minutes, longform_minutes=args.longform_minutes, jobs=args.jobs,
-        noise_db=args.noise_db, max_silence=args.max_silence,
+        noise_db=args.noise_db, max_silence=args.max_silence, span_minutes=args.span_minutes,
     )
     try:
         config.validate()

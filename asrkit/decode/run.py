@@ -5,6 +5,18 @@
 For each set writes ``EXP/decode_<set>[_<suffix>]/hyp.jsonl`` and ``decode_info.json`` (real-time
 factor included), then scores it (``result.txt``, ``wer.json``...). Batch size 1 and the training
 hop by default, so padding never affects scoring.
+
+Cost of decoding, in ``decode_info.json``: ``wall_seconds`` (the whole set, worker start-up
+included) and ``rtf``; ``decode_seconds`` (the batches alone: features, model, search); memory
+per batch measured by :class:`asrkit.decode.memory.PeakRss` in the process that decodes it:
+``peak_rss_bytes`` (largest resident set of a decoding process, model included) and
+``peak_rss_delta_bytes`` (largest increase over the resident set at the batch's start: what
+decoding one batch needs), with ``memory_method``. The same per duration bin (``bins``, the
+edges of ``decode.bins``): utterances, audio seconds, decode seconds, RTF and the largest
+``peak_rss_delta_bytes`` of the bin's batches (a batch mixing bins: its time is split by audio
+duration, its memory counts for each of them). Before measuring, each decoding process decodes
+its shortest utterance once (output discarded), so one-time set-up (graph loading, kernel and
+allocator caches) is counted in no bin.
 """
 from __future__ import annotations
 
@@ -42,29 +54,72 @@ def load_model(exp_dir: Path, checkpoint: str = "last", device: str = "cpu", ema
     return model, check_decode_config(cfg), tok
 
 
+#: per-utterance measurements carried from _decode_cuts to decode_set (not written to hyp.jsonl)
+_COST_KEYS = ("_seconds", "_peak", "_delta")
+
+
 def _decode_cuts(model, cfg, tok, cut_list: list, hop: float, desc: str, position: int = 0) -> tuple[list[dict], float]:
-    """Decode cuts in order; returns (results, model seconds)."""
+    """Decode cuts in order; returns (results, model seconds). Each result carries its share of
+    its batch's decode seconds and the batch's peak RSS and delta (:data:`_COST_KEYS`)."""
     from tqdm import tqdm
 
     from asrkit.data.dataset import AsrDataset, collate
+    from asrkit.decode.memory import PeakRss
 
     ds = AsrDataset(tok, cfg.features, None, on_bad_audio="raise")
     decoder = Decoder(model, cfg, tok)
     bs = cfg.decode.batch_size
+    if cut_list:  # warm-up (see the module docstring)
+        decoder(collate([ds.utterance(min(cut_list, key=lambda c: c.duration), hop=hop)]))
+    mem = PeakRss()
     results, t_model = [], 0.0
     for i in tqdm(range(0, len(cut_list), bs), desc=desc, dynamic_ncols=True, position=position):
         chunk = cut_list[i:i + bs]
+        mem.start()
+        t0 = time.perf_counter()
         batch = collate([ds.utterance(c, hop=hop) for c in chunk])
-        tm = time.time()
+        tm = time.perf_counter()
         hyps = decoder(batch)
-        t_model += time.time() - tm
+        t1 = time.perf_counter()
+        peak, delta = mem.stop()
+        t_model += t1 - tm
+        audio = sum(c.duration for c in chunk)
         for c, u_text, hyp in zip(chunk, batch["texts"], hyps):
             r = {"id": c.id, "ref": u_text, "hyp": hyp, "duration": c.duration}
             window = getattr(c, "window", None)  # long-form window size (Lhotse custom field)
             if window is not None:
                 r["window"] = window
+            share = c.duration / audio if audio > 0 else 1.0 / len(chunk)
+            r.update(_seconds=(t1 - t0) * share, _peak=peak, _delta=delta)
             results.append(r)
     return results, t_model
+
+
+def _cost_info(results: list[dict], bins, method: str) -> dict:
+    """The cost entries of decode_info.json (see the module docstring); pops the per-utterance
+    measurements from ``results``."""
+    from asrkit.scoring import bin_index, bin_labels
+
+    costs = [tuple(r.pop(k) for k in _COST_KEYS) for r in results]
+    edges = tuple(bins)
+    per_bin = [{"label": lab, "utterances": 0, "audio_seconds": 0.0, "decode_seconds": 0.0,
+                "rtf": None, "peak_rss_delta_bytes": None} for lab in bin_labels(edges)]
+    for r, (sec, _, delta) in zip(results, costs):
+        b = per_bin[bin_index(r["duration"], edges)]
+        b["utterances"] += 1
+        b["audio_seconds"] += r["duration"]
+        b["decode_seconds"] += sec
+        b["peak_rss_delta_bytes"] = max(b["peak_rss_delta_bytes"] or 0, delta)
+    for b in per_bin:
+        if b["audio_seconds"] > 0:
+            b["rtf"] = b["decode_seconds"] / b["audio_seconds"]
+    return {
+        "decode_seconds": sum(c[0] for c in costs),
+        "peak_rss_bytes": max((c[1] for c in costs), default=None),
+        "peak_rss_delta_bytes": max((c[2] for c in costs), default=None),
+        "memory_method": method,
+        "bins": per_bin,
+    }
 
 
 def _worker(args) -> tuple[list[dict], float]:
@@ -80,6 +135,8 @@ def decode_set(model, cfg, tok, cuts, out_dir: Path, set_name: str, hop: float, 
     """Decode one set into ``out_dir`` (hyp.jsonl + decode_info.json). With ``nj > 1`` the set is split
     into ``nj`` contiguous shards decoded by as many processes (each loads the model, with
     cores / nj threads); results keep the manifest order. The RTF is wall time / audio time."""
+    from asrkit.decode.memory import PeakRss
+
     cut_list = list(cuts)
     t0 = time.time()
     if nj <= 1 or len(cut_list) < 2:
@@ -98,6 +155,7 @@ def decode_set(model, cfg, tok, cuts, out_dir: Path, set_name: str, hop: float, 
         t_model = sum(t for _, t in parts)
     wall = time.time() - t0
     audio_s = sum(r["duration"] for r in results)
+    cost = _cost_info(results, cfg.decode.bins, PeakRss().method)
     out_dir.mkdir(parents=True, exist_ok=True)
     with atomic_write(out_dir / "hyp.jsonl") as f:
         for r in results:
@@ -105,7 +163,7 @@ def decode_set(model, cfg, tok, cuts, out_dir: Path, set_name: str, hop: float, 
     info = {"set": set_name, "decoder": cfg.decode.method, "beam": cfg.decode.beam, "hop": hop,
             "batch_size": cfg.decode.batch_size, "nj": nj, "utterances": len(results), "audio_seconds": audio_s,
             "wall_seconds": wall, "rtf": wall / max(audio_s, 1e-9), "model_rtf": t_model / max(audio_s, 1e-9),
-            "threads": torch.get_num_threads(), "lm": cfg.decode.lm or None}
+            "threads": torch.get_num_threads(), "lm": cfg.decode.lm or None, **cost}
     with atomic_write(out_dir / "decode_info.json") as f:
         json.dump(info, f, indent=1)
     return info

@@ -1,45 +1,61 @@
-"""``asrkit compare EXP [EXP ...] --out DIR [--names a,b,...] [--sets test,dev]``.
+"""``asrkit compare EXP [EXP ...] --out DIR [--baseline NAME[,NAME]] [--names a,b,...] [--sets test,dev]``.
 
-Reads every ``EXP/decode_*/wer.json`` (from ``asrkit score``) and writes into ``DIR``:
+Reads every ``EXP/decode_*/wer.json`` (from ``asrkit score``) with its ``hyp.jsonl`` and
+``decode_info.json``, and writes into ``DIR``:
 
-- ``compare.md``: one Markdown table, a row per experiment and a column per test set x
-  duration bin (plus the set's overall WER); a second table of WER per long-form window size
-  when such sets exist. An experiment that lacks a set (or a bin with no utterances) shows ``-``;
-- ``wer_vs_duration.png``: WER against duration bin, one line per experiment, one subplot per
-  test set (in the manner of the duration plots of the CAPE paper, Likhomanenko et al. 2021);
-- ``wer_vs_window.png``: WER against long-form window size (10..45 s), only when long-form
-  sets exist.
+- ``compare.md`` (or ``--md-name``): for each test set a table of WER per duration bin (and
+  overall), for each long-form series a table of WER per window size (``test-longform10``,
+  ``test-longform20``, ..., ``-longformwhole`` decoded one size each, or the window sizes inside
+  one set), each cell the WER with its 95 % bootstrap interval and, for several seeds, the
+  spread over the seeds; below it, per baseline, the difference to the baseline with its
+  interval, the MAPSSWE and sign-test p-values and the significance mark; and the decoding cost
+  per bin / window (real-time factor, peak memory increase);
+- ``compare.json``: every figure of those tables and more (per-seed WERs and intervals, every
+  test of every pair of seeds, decode seconds), for scripts;
+- ``wer_vs_duration.png`` (WER per duration bin, a subplot per test set) and
+  ``wer_vs_window.png`` (WER per window size, a subplot per long-form series): one line per
+  experiment, intervals as error bars, significant differences marked (the shape of the
+  duration figures of the CAPE paper, Likhomanenko et al. 2021).
 
-A test set is named by its decode dir without the ``decode_`` prefix (``decode_test_clean``
--> ``test_clean``); ``--sets`` selects and orders them. Plots use matplotlib's Agg canvas
-directly (no pyplot, no display needed).
+Experiments named ``<base>_seed<N>`` whose configs differ only by the seed are one row
+(:mod:`asrkit.reports.seeds`); statistics and the significance rule: :mod:`asrkit.reports.stats`.
+A test set is named by its decode dir without the ``decode_`` prefix; ``--sets`` selects and
+orders them. An experiment that lacks a set, or a bin without utterances, shows ``-``.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import logging
-import math
-import re
 import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
-from asrkit.reports.plots import save_png
-from asrkit.reports.report import fmt_wer, load_experiment, md_table, ordered_union, window_labels
+from asrkit.reports.plots import MARKS, Panel, Series, error_bar_panels
+from asrkit.reports.report import load_experiment, md_table, ordered_union
+from asrkit.reports.seeds import Group, group_experiments
+from asrkit.reports.stats import (
+    ALPHA,
+    RULE,
+    Column,
+    Scores,
+    Table,
+    compare_cell,
+    cost_cell,
+    group_cell,
+    subset_ids,
+    window_tables,
+)
+from asrkit.scoring.significance import DEFAULT_LEVEL, DEFAULT_N_BOOT
 from asrkit.utils import atomic_write
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "compare_experiments",
-    "format_compare_md",
-    "plot_wer_vs_duration",
-    "plot_wer_vs_window",
-    "main",
-]
+__all__ = ["COMPARE_JSON_FORMAT", "compute_comparison", "format_compare_md", "plot_comparison",
+           "compare_experiments", "main"]
 
+COMPARE_JSON_FORMAT = 1
 Pathlike = Union[str, Path]
-Results = dict[str, dict[str, dict[str, Any]]]  # experiment name -> set -> wer.json
 
 
 def _names(exp_dirs: Sequence[Pathlike], names: Optional[Sequence[str]]) -> list[str]:
@@ -59,193 +75,220 @@ def _names(exp_dirs: Sequence[Pathlike], names: Optional[Sequence[str]]) -> list
     return [str(e) for e in exp_dirs]  # same basename twice: use the paths as given
 
 
-def _bin_labels(results: Results, s: str) -> list[str]:
-    return ordered_union([[b["label"] for b in r[s]["bins"]] for r in results.values() if s in r])
-
-
-def _bin_wer(doc: Optional[dict], label: str) -> Optional[float]:
-    if doc is None:
-        return None
-    for b in doc["bins"]:
-        if b["label"] == label:
-            return b.get("wer")
-    return None
-
-
-def _window_wer(doc: Optional[dict], label: str) -> Optional[float]:
-    if doc is None:
-        return None
-    for w in doc.get("windows", []):
-        if w["label"] == label:
-            return w.get("wer")
-    return None
-
-
-def _long_form_sets(results: Results, sets: list[str]) -> list[str]:
-    return [s for s in sets if any(r.get(s, {}).get("windows") for r in results.values())]
-
-
-#: one window size per decoded set, as ``asrkit cuts --longform`` names them: ``<part>-longform<W>``
-_WINDOW_SET = re.compile(r"^(?P<base>.+-longform)(?P<w>\d+(?:\.\d+)?)$")
-
-
-def _window_series(results: Results, sets: list[str]) -> tuple[Results, list[str]]:
-    """The long-form sets for the window table and plot. Sets decoded one window size each
-    (``test-longform10``, ``test-longform20``, ...) are joined into one series per part, named
-    ``<part>-longform windows``, so each experiment is one line over the window sizes; other
-    long-form sets are kept as they are."""
-    lf = _long_form_sets(results, sets)
-    groups: dict[str, list[str]] = {}
-    for s in lf:
-        m = _WINDOW_SET.match(s)
-        if m:
-            groups.setdefault(m["base"], []).append(s)
-    merged: Results = {name: dict(r) for name, r in results.items()}
-    out: list[str] = []
-    for s in lf:
-        m = _WINDOW_SET.match(s)
-        if not m or len(groups[m["base"]]) < 2:
-            out.append(s)
-            continue
-        key = f"{m['base']} windows"
-        if key in out:
-            continue
-        out.append(key)
-        for name, r in results.items():
-            wins = [w for t in groups[m["base"]] for w in r.get(t, {}).get("windows", [])]
-            if wins:
-                merged[name][key] = {"windows": sorted(wins, key=lambda w: float(w["window"]))}
-    return merged, out
-
-
-def format_compare_md(results: Results, sets: list[str], plots: Sequence[str] = ()) -> str:
-    """The ``compare.md`` text for ``{experiment: {set: wer.json}}`` over ``sets``."""
-    header, cols = ["Experiment"], []
+def _tables(docs: dict[str, dict[str, dict]], sets: list[str]) -> list[Table]:
+    wtables, joined = window_tables(sets, {s: [d[s] for d in docs.values() if s in d] for s in sets})
+    tables = []
     for s in sets:
-        header.append(f"{s} all")
-        cols.append((s, None))
-        for lab in _bin_labels(results, s):
-            header.append(f"{s} {lab}")
-            cols.append((s, lab))
-    rows = []
-    for name, r in results.items():
-        cells = [name]
-        for s, lab in cols:
-            doc = r.get(s)
-            if lab is None:
-                cells.append(fmt_wer(doc["overall"].get("wer") if doc else None))
-            else:
-                cells.append(fmt_wer(_bin_wer(doc, lab)))
-        rows.append(cells)
+        if s in joined:
+            continue
+        labels = ordered_union([[b["label"] for b in d[s]["bins"]] for d in docs.values() if s in d])
+        tables.append(Table(s, "bins", [Column("all", s, "all")] + [Column(lab, s, lab) for lab in labels]))
+    return tables + wtables
+
+
+def compute_comparison(
+    groups: list[Group],
+    scores: Scores,
+    sets: list[str],
+    baselines: Sequence[str] = (),
+    *,
+    sign_unit: str = "utterance",
+    alpha: float = ALPHA,
+    n_boot: int = DEFAULT_N_BOOT,
+    level: float = DEFAULT_LEVEL,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Every figure of the comparison (the ``compare.json`` document)."""
+    by_name = {g.name: g for g in groups}
+    for b in baselines:
+        if b not in by_name:
+            raise ValueError(f"--baseline {b!r} is none of the experiments ({', '.join(by_name)}); "
+                             "name a row of the table (seeds: the name without _seed<N>)")
+    kw = dict(n_boot=n_boot, level=level, seed=seed)
+    out_tables = []
+    for t in _tables(scores.docs, sets):
+        rows: dict[str, dict] = {}
+        cost: dict[str, dict] = {}
+        members = {g.name: {s: scores.members_with(g, s) for s in {c.set for c in t.columns}} for g in groups}
+        for g in groups:
+            rows[g.name], cost[g.name] = {}, {}
+            for col in t.columns:
+                mem = members[g.name][col.set]
+                ids = subset_ids(mem[0][1], col.subset) if mem else None
+                if ids is None:
+                    continue
+                rows[g.name][col.label] = group_cell(mem, ids, **kw)
+                c = cost_cell(scores, [m for m, _ in mem], col)
+                if c is not None:
+                    cost[g.name][col.label] = c
+        vs: dict[str, dict] = {}
+        for b in baselines:
+            vs[b] = {}
+            for g in groups:
+                if g.name == b:
+                    continue
+                vs[b][g.name] = {}
+                for col in t.columns:
+                    bm, cm = members[b][col.set], members[g.name][col.set]
+                    ids = subset_ids(bm[0][1], col.subset) if bm and cm else None
+                    if ids:
+                        r = compare_cell(bm, cm, ids, sign_unit=sign_unit, alpha=alpha, **kw)
+                        if r is not None:
+                            vs[b][g.name][col.label] = r
+        out_tables.append({
+            "name": t.name, "kind": t.kind,
+            "columns": [{"label": c.label, "set": c.set, "subset": c.subset} for c in t.columns],
+            "rows": rows, "vs": vs, "cost": cost,
+        })
+    return {
+        "format": COMPARE_JSON_FORMAT,
+        "settings": {"level": level, "n_boot": n_boot, "bootstrap_seed": seed, "alpha": alpha,
+                     "sign_unit": sign_unit, "rule": RULE.format(alpha=alpha)},
+        "experiments": {g.name: {"members": [{"name": m.name, "dir": str(m.dir), "seed": m.seed} for m in g.members]}
+                        for g in groups},
+        "baselines": list(baselines),
+        "tables": out_tables,
+    }
+
+
+# --------------------------------------------------------------------------------- Markdown
+
+
+def _f(x: Optional[float], nd: int = 2) -> str:
+    return "-" if x is None else f"{x:.{nd}f}"
+
+
+def _p(p: Optional[float]) -> str:
+    return "-" if p is None else "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def _wer_cell(c: Optional[dict]) -> str:
+    if c is None or c["wer"] is None:
+        return "-"
+    s = f"{c['wer']:.2f} [{_f(c['low'], 1)}, {_f(c['high'], 1)}]"
+    if c["n_seeds"] > 1:
+        s += f" ±{_f(c['std'], 1)} ({_f(c['min'], 1)}-{_f(c['max'], 1)})"
+    return s
+
+
+def _vs_cell(c: Optional[dict]) -> str:
+    if c is None or c["delta"] is None:
+        return "-"
+    s = f"{c['delta']:+.2f} [{_f(c['low'], 1)}, {_f(c['high'], 1)}] p {_p(c['mapsswe_p'])} / {_p(c['sign_p'])}"
+    return s + (f" {c['mark']}" if c["mark"] else "")
+
+
+def _cost_cell(c: Optional[dict]) -> str:
+    if c is None:
+        return "-"
+    mib = c.get("peak_rss_delta_mib")
+    return f"{_f(c.get('rtf'), 3)} / {'-' if mib is None else f'{mib:.0f}'}"
+
+
+def _seeds_of(row: dict) -> str:
+    for c in row.values():
+        keys = list(c.get("seeds", {}))
+        if keys:
+            return ",".join(keys) if all(k.isdigit() for k in keys) else "-"
+    return "-"
+
+
+def _window_note(t: dict) -> str:
+    sets = {c["set"] for c in t["columns"]}
+    if len(sets) == 1:
+        return f"WER per long-form window size of the utterances of `{next(iter(sets))}`."
+    part = t["name"].removesuffix("-longform windows")
+    return (f"Long-form windows of consecutive utterances of `{part}` (`asrkit longform`: the same words at "
+            "every size; `whole`: one window per recording), each size decoded as a set of its own.")
+
+
+def format_compare_md(doc: dict[str, Any], plots: Sequence[str] = ()) -> str:
+    """The ``compare.md`` text of a :func:`compute_comparison` document."""
+    st = doc["settings"]
+    lvl = f"{100 * st['level']:g} %"
+    marks = {b: MARKS[k % len(MARKS)] for k, b in enumerate(doc["baselines"])}
     out = [
         "# Experiment comparison",
         "",
-        "WER in %, overall (`all`) and per utterance-duration bin (lower edge inclusive); "
-        "`-`: the experiment has no such test set, or the bin no utterances.",
-        "",
-        *md_table(header, rows),
+        f"WER in % per test set, duration bin (lower edge inclusive) or long-form window size; "
+        f"`-`: no such set, or no utterances. A cell: WER [{lvl} bootstrap interval over utterances, "
+        f"{st['n_boot']} resamples]; for several seeds the WER is the mean over the seeds, the interval "
+        "that of the mean (the same utterances resampled for every seed), followed by ± the standard "
+        "deviation over the seeds and (min-max). The `seeds` column lists them (`-`: one experiment "
+        "without a seed in its name).",
         "",
     ]
-    wres, lf = _window_series(results, sets)
-    if lf:
-        header, cols = ["Experiment"], []
-        for s in lf:
-            labels = window_labels([r[s] for r in wres.values() if s in r])
-            header += [f"{s} {lab}" for lab in labels]
-            cols += [(s, lab) for lab in labels]
-        rows = [
-            [name, *(fmt_wer(_window_wer(r.get(s), lab)) for s, lab in cols)]
-            for name, r in wres.items()
+    if doc["baselines"]:
+        unit = st["sign_unit"]
+        out += [
+            f"Against a baseline: Δ = WER - WER(baseline) [{lvl} paired bootstrap interval of the seed "
+            f"means], then the p-values of MAPSSWE / sign test (unit: {unit}; two-sided; for several "
+            "seeds the largest over every pair of seeds). " + st["rule"],
+            "",
         ]
-        out += ["## Long-form: WER per window size", "", *md_table(header, rows), ""]
+    for t in doc["tables"]:
+        labels = [c["label"] for c in t["columns"]]
+        first = "Experiment"
+        out += [f"## {t['name']}", ""]
+        if t["kind"] == "windows":
+            out += [_window_note(t), ""]
+        rows = [[g, _seeds_of(r), *(_wer_cell(r.get(lab)) for lab in labels)] for g, r in t["rows"].items()]
+        out += md_table([first, "seeds", *labels], rows, left_cols=2) + [""]
+        for b, by_g in t["vs"].items():
+            rows = [[g, *(_vs_cell(r.get(lab)) for lab in labels)] for g, r in by_g.items()]
+            if rows:
+                out += [f"Against `{b}` (plots: {marks[b]}):", ""]
+                out += md_table([f"vs {b}", *labels], rows) + [""]
+        if any(t["cost"].values()):
+            out += ["Decoding cost (decode_info.json): real-time factor (decode seconds / audio seconds, mean "
+                    "over seeds) / peak memory: the largest increase of the decoding process's resident memory "
+                    "while decoding one batch (one utterance at batch size 1) of the column, MiB, largest over "
+                    "seeds:", ""]
+            rows = [[g, *(_cost_cell(r.get(lab)) for lab in labels)] for g, r in t["cost"].items()]
+            out += md_table(["Decoding", *labels], rows) + [""]
     for p in plots:
         out += [f"![{Path(p).stem}]({Path(p).name})", ""]
+    if plots and doc["baselines"]:
+        out += ["Plots: error bars are the intervals of the tables; a mark above a point: significant "
+                "against " + ", ".join(f"`{b}` ({m})" for b, m in marks.items()) + " (`*` rule above).", ""]
     return "\n".join(out)
 
 
-def _grid(n: int) -> tuple[int, int]:
-    ncols = min(n, 3)
-    return math.ceil(n / ncols), ncols
+# --------------------------------------------------------------------------------- plots
 
 
-def _ylim(ax) -> None:
-    """y from just below 0 (so 0 % points stay visible) to a bit above the highest WER."""
-    top = max((max(line.get_ydata(), default=0.0) for line in ax.get_lines()), default=0.0)
-    top = max(float(top), 1.0)
-    ax.set_ylim(-0.05 * top, 1.1 * top)
+def _panels(doc: dict[str, Any], kind: str) -> list[Panel]:
+    marks = {b: MARKS[k % len(MARKS)] for k, b in enumerate(doc["baselines"])}
+    panels = []
+    for t in doc["tables"]:
+        if t["kind"] != kind:
+            continue
+        labels = [c["label"] for c in t["columns"] if not (kind == "bins" and c["label"] == "all")]
+        series = []
+        for g, row in t["rows"].items():
+            cells = [row.get(lab) or {} for lab in labels]
+            m = ["".join(marks[b] for b in doc["baselines"]
+                         if t["vs"].get(b, {}).get(g, {}).get(lab, {}).get("significant")) for lab in labels]
+            series.append(Series(g, [c.get("wer") for c in cells], [c.get("low") for c in cells],
+                                 [c.get("high") for c in cells], m))
+        panels.append(Panel(t["name"], labels, series))
+    return panels
 
 
-def _style(i: int) -> dict:
-    """Line style of the ``i``-th experiment, the same in every subplot: tab10 colours, then the
-    same colours again with another marker and a dashed line, so 11+ experiments stay distinct."""
-    markers, dashes = "osD^v", ["-", "--", ":", "-."]
-    return {"color": f"C{i % 10}", "marker": markers[(i // 10) % len(markers)], "linestyle": dashes[(i // 10) % len(dashes)]}
+def plot_comparison(doc: dict[str, Any], out_dir: Path) -> list[Path]:
+    """``wer_vs_duration.png`` and ``wer_vs_window.png`` (those that have data)."""
+    note = ""
+    if doc["baselines"]:
+        note = "marks: significant against " + ", ".join(
+            f"{b} ({MARKS[k % len(MARKS)]})" for k, b in enumerate(doc["baselines"]))
+    made = [
+        error_bar_panels(_panels(doc, "bins"), out_dir / "wer_vs_duration.png", "utterance duration", note=note),
+        error_bar_panels(_panels(doc, "windows"), out_dir / "wer_vs_window.png", "long-form window", note=note),
+    ]
+    return [p for p in made if p is not None]
 
 
-def plot_wer_vs_duration(results: Results, sets: list[str], path: Pathlike) -> Optional[Path]:
-    """WER per duration bin: a subplot per set, a line per experiment. ``None`` if no set has
-    data."""
-    from matplotlib.figure import Figure
-
-    sets = [s for s in sets if any(s in r for r in results.values())]
-    if not sets:
-        return None
-    nrows, ncols = _grid(len(sets))
-    fig = Figure(figsize=(4.5 * ncols, 3.6 * nrows), layout="constrained")
-    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
-    for ax, s in zip(axes, sets):
-        labels = _bin_labels(results, s)
-        for i, (name, r) in enumerate(results.items()):
-            if s in r:  # empty bins are skipped: the line joins the bins that have data
-                pts = [(k, _bin_wer(r[s], lab)) for k, lab in enumerate(labels)]
-                pts = [(k, e) for k, e in pts if e is not None]
-                ax.plot([k for k, _ in pts], [e for _, e in pts], label=name, **_style(i))
-        ax.set_xticks(range(len(labels)))
-        ax.set_xticklabels(labels)
-        ax.set_xlim(-0.3, len(labels) - 0.7)
-        _ylim(ax)
-        ax.set_title(s)
-        ax.set_xlabel("utterance duration")
-        ax.set_ylabel("WER (%)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize="small")
-    for ax in axes[len(sets) :]:
-        ax.set_visible(False)
-    return save_png(fig, Path(path))
-
-
-def plot_wer_vs_window(results: Results, sets: list[str], path: Pathlike) -> Optional[Path]:
-    """WER per long-form window size (seconds): a subplot per long-form set, a line per
-    experiment. ``None`` if there is no long-form set."""
-    from matplotlib.figure import Figure
-
-    results, sets = _window_series(results, sets)
-    if not sets:
-        return None
-    nrows, ncols = _grid(len(sets))
-    fig = Figure(figsize=(4.5 * ncols, 3.6 * nrows), layout="constrained")
-    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
-    for ax, s in zip(axes, sets):
-        ticks: set[float] = set()
-        for i, (name, r) in enumerate(results.items()):
-            wins = sorted(
-                (float(w["window"]), w["wer"])
-                for w in r.get(s, {}).get("windows", [])
-                if w.get("wer") is not None
-            )
-            if wins:
-                ax.plot([w for w, _ in wins], [e for _, e in wins], label=name, **_style(i))
-                ticks.update(w for w, _ in wins)
-        ax.set_xticks(sorted(ticks))
-        _ylim(ax)
-        ax.set_title(s)
-        ax.set_xlabel("window size (s)")
-        ax.set_ylabel("WER (%)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize="small")
-    for ax in axes[len(sets) :]:
-        ax.set_visible(False)
-    return save_png(fig, Path(path))
+# --------------------------------------------------------------------------------- entry points
 
 
 def compare_experiments(
@@ -254,43 +297,51 @@ def compare_experiments(
     names: Optional[Sequence[str]] = None,
     sets: Optional[Sequence[str]] = None,
     md_name: str = "compare.md",
+    baselines: Sequence[str] = (),
+    *,
+    by_seed: bool = True,
+    sign_unit: str = "utterance",
+    alpha: float = ALPHA,
+    n_boot: int = DEFAULT_N_BOOT,
+    level: float = DEFAULT_LEVEL,
+    seed: int = 0,
 ) -> Path:
-    """Write ``compare.md`` (or ``md_name``, e.g. a recipe's ``RESULTS.md``) and the PNG plots into
-    ``out_dir``; return the Markdown path.
+    """Write ``compare.md`` (or ``md_name``, e.g. a recipe's ``RESULTS.md``), ``compare.json``
+    and the PNG plots into ``out_dir``; return the Markdown path.
 
     ``names`` label the experiments (default: the directory names); ``sets`` selects and orders
-    the test sets (default: every set found, in order of first appearance).
+    the test sets (default: every set found, in order of first appearance); ``baselines``: rows
+    to test the others against.
     """
     if not exp_dirs:
         raise ValueError("no experiment directories given")
     labels = _names(exp_dirs, names)
-    results: Results = {}
+    docs, dirs = {}, {}
     for name, e in zip(labels, exp_dirs):
         if not Path(e).is_dir():
             raise FileNotFoundError(f"{e}: no such experiment directory")
-        results[name] = load_experiment(e)
-        if not results[name]:
+        docs[name], dirs[name] = load_experiment(e), Path(e)
+        if not docs[name]:
             logger.warning("%s: no scored decode dirs (decode_*/wer.json); run asrkit score", e)
     if sets is None:
-        sets = ordered_union([list(r) for r in results.values()])
+        sets = ordered_union([list(r) for r in docs.values()])
     else:
         sets = list(sets)
         for s in sets:
-            if not any(s in r for r in results.values()):
+            if not any(s in r for r in docs.values()):
                 logger.warning("test set %r is in none of the experiments", s)
+    groups = group_experiments(exp_dirs, labels, by_seed=by_seed)
+    doc = compute_comparison(groups, Scores(docs, dirs), sets, baselines, sign_unit=sign_unit,
+                             alpha=alpha, n_boot=n_boot, level=level, seed=seed)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    plots = [
-        p
-        for p in (
-            plot_wer_vs_duration(results, sets, out_dir / "wer_vs_duration.png"),
-            plot_wer_vs_window(results, sets, out_dir / "wer_vs_window.png"),
-        )
-        if p is not None
-    ]
+    with atomic_write(out_dir / "compare.json", encoding="utf-8") as f:
+        json.dump(doc, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+    plots = plot_comparison(doc, out_dir)
     md = out_dir / md_name
     with atomic_write(md, encoding="utf-8") as f:
-        f.write(format_compare_md(results, sets, [str(p) for p in plots]))
+        f.write(format_compare_md(doc, [str(p) for p in plots]))
     logger.info("wrote %s", md)
     return md
 
@@ -300,26 +351,37 @@ def _csv(s: Optional[str]) -> Optional[list[str]]:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    """``asrkit compare EXP [EXP ...] --out DIR [--names a,b,...] [--sets test,dev]``."""
+    """``asrkit compare EXP [EXP ...] --out DIR [options]``."""
     parser = argparse.ArgumentParser(
         prog="asrkit compare",
-        description="Compare scored experiments: DIR/compare.md (WER per test set and duration "
-        "bin) and PNG plots of WER vs duration bin and vs long-form window size.",
+        description="Compare scored experiments: DIR/compare.md (WER with bootstrap intervals per test set, "
+        "duration bin and long-form window; seeds grouped; significance against baselines; decoding cost), "
+        "DIR/compare.json and PNG plots.",
     )
-    parser.add_argument(
-        "exps", nargs="+", metavar="EXP", help="experiment dirs (with decode_*/wer.json)"
-    )
+    parser.add_argument("exps", nargs="+", metavar="EXP", help="experiment dirs (with decode_*/wer.json)")
     parser.add_argument("--out", required=True, metavar="DIR", help="output directory")
     parser.add_argument("--names", help="comma-separated labels, one per EXP (default: dir names)")
-    parser.add_argument(
-        "--sets", help="comma-separated test sets (decode dir names without 'decode_')"
-    )
+    parser.add_argument("--sets", help="comma-separated test sets (decode dir names without 'decode_')")
     parser.add_argument("--md-name", default="compare.md",
                         help="name of the Markdown file (a recipe's stage 6 writes RESULTS.md)")
+    parser.add_argument("--baseline", help="comma-separated rows (experiment names; for seeds the name "
+                        "without _seed<N>) to test every other row against")
+    parser.add_argument("--sign-unit", choices=("utterance", "speaker"), default="utterance",
+                        help="blocks of the sign and Wilcoxon tests: utterances (default) or speakers "
+                        "(the utterance id up to the first '-' or '_', as sc_stats)")
+    parser.add_argument("--alpha", type=float, default=ALPHA, help="significance level (default %(default)s)")
+    parser.add_argument("--level", type=float, default=DEFAULT_LEVEL, help="interval level (default %(default)s)")
+    parser.add_argument("--n-boot", type=int, default=DEFAULT_N_BOOT, help="bootstrap resamples (default %(default)s)")
+    parser.add_argument("--no-seed-groups", action="store_true",
+                        help="one row per experiment, even for <name>_seed<N> dirs")
     args = parser.parse_args(argv)
+    if not 0 < args.alpha < 1:
+        parser.error(f"--alpha must be in (0, 1), got {args.alpha}")
     try:
         md = compare_experiments(args.exps, args.out, names=_csv(args.names), sets=_csv(args.sets),
-                                 md_name=args.md_name)
+                                 md_name=args.md_name, baselines=_csv(args.baseline) or (),
+                                 by_seed=not args.no_seed_groups, sign_unit=args.sign_unit, alpha=args.alpha,
+                                 n_boot=args.n_boot, level=args.level)
     except (OSError, ValueError) as e:
         print(f"asrkit compare: error: {e}", file=sys.stderr)
         return 1

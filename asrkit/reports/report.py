@@ -4,8 +4,13 @@ RESULTS.md holds
 
 - the experiment name and, if ``EXPDIR/config.yaml`` exists, its path;
 - one table with a row per decode dir (test set): overall WER, # Snt / # Wrd, WER per duration
-  bin with its utterance count, RTF, normalizer;
+  bin with its utterance count, RTF, decode seconds and peak memory increase of a batch (from
+  ``decode_info.json``), normalizer;
 - for long-form sets, a second table: WER per window size.
+
+Every WER comes with its 95 % bootstrap interval over utterances, ``WER [low, high]``
+(:func:`asrkit.scoring.significance.bootstrap_wer`, 1000 resamples, seed 0; from the decode
+dir's ``hyp.jsonl``, rescored as its ``wer.json`` was; without a ``hyp.jsonl``, no interval).
 
 Numbers come from ``asrkit score`` (run it first); decode dirs without ``wer.json`` are listed
 as not scored. The output is deterministic (no timestamps) so it diffs cleanly.
@@ -79,6 +84,24 @@ def fmt_wer(x: Optional[float]) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
+def _intervals(exp_dir: Path, doc: dict[str, Any]) -> dict[str, Any]:
+    """Bootstrap intervals of every group of utterances of a decode dir (``{}`` without its
+    hyp.jsonl): keys ``all``, the bin labels, ``window <label>``."""
+    from asrkit.reports.stats import rescore
+    from asrkit.scoring.significance import result_intervals
+
+    d = exp_dir / doc["decode_dir"]
+    if not (d / "hyp.jsonl").is_file():
+        return {}
+    return result_intervals(rescore(d, doc))
+
+
+def _fmt_iv(wer: Optional[float], iv: Any) -> str:
+    if iv is None or iv.low is None:
+        return fmt_wer(wer)
+    return f"{fmt_wer(wer)} [{iv.low:.1f}, {iv.high:.1f}]"
+
+
 def md_table(header: list[str], rows: list[list[str]], left_cols: int = 1) -> list[str]:
     """Markdown table lines; the first ``left_cols`` columns left-aligned, the rest right."""
     sep = [":---" if k < left_cols else "---:" for k in range(len(header))]
@@ -116,8 +139,11 @@ def format_results_md(exp_dir: Union[str, Path]) -> str:
         out += [f"- config: `{cfg}`"]
     out += [f"- experiment dir: `{exp_dir}`"]
     out += [
-        "- WER in %; duration-bin cells are `WER (number of utterances)`; lower bin edge "
-        "inclusive (a 10.0 s utterance is in 10-15s); `-`: no data",
+        "- WER in % [95 % bootstrap interval over utterances]; duration-bin cells are "
+        "`WER [interval] (number of utterances)`; lower bin edge inclusive (a 10.0 s utterance is "
+        "in 10-15s); `-`: no data",
+        "- RTF: wall seconds / audio seconds of the whole set; decode s: the batches alone; peak MiB: the "
+        "largest increase of the decoding process's resident memory over a batch (decode_info.json)",
         "",
     ]
     if not results:
@@ -125,19 +151,25 @@ def format_results_md(exp_dir: Union[str, Path]) -> str:
     else:
         docs = list(results.values())
         labels = ordered_union([[b["label"] for b in d["bins"]] for d in docs])
-        header = ["Test set", "Norm", "WER", "Snt / Wrd", *(f"WER {lab}" for lab in labels), "RTF"]
+        header = ["Test set", "Norm", "WER", "Snt / Wrd", *(f"WER {lab}" for lab in labels), "RTF",
+                  "Decode s", "Peak MiB"]
         rows = []
+        ivs = {key: _intervals(exp_dir, d) for key, d in results.items()}
         for key, d in results.items():
             ov = d["overall"]
             bins = {b["label"]: b for b in d["bins"]}
             norm = d.get("normalizer") or {}
             norm_tag = f"{norm.get('name', '?')}/v{norm.get('version', '?')}"
-            cells = [key, norm_tag, fmt_wer(ov.get("wer")), f"{ov['snt']} / {ov['wrd']}"]
+            cells = [key, norm_tag, _fmt_iv(ov.get("wer"), ivs[key].get("all")), f"{ov['snt']} / {ov['wrd']}"]
             for lab in labels:
                 b = bins.get(lab)
-                cells.append("-" if b is None else f"{fmt_wer(b.get('wer'))} ({b['snt']})")
+                cells.append("-" if b is None else f"{_fmt_iv(b.get('wer'), ivs[key].get(lab))} ({b['snt']})")
             rtf = d.get("rtf")
             cells.append("-" if rtf is None else f"{rtf:.4f}")
+            info = d.get("decode_info") or {}
+            sec, peak = info.get("decode_seconds"), info.get("peak_rss_delta_bytes")
+            cells.append("-" if sec is None else f"{sec:.1f}")
+            cells.append("-" if peak is None else f"{peak / 2**20:.0f}")
             rows.append(cells)
         out += ["## WER per test set and duration bin", ""]
         out += md_table(header, rows, left_cols=2)
@@ -148,10 +180,11 @@ def format_results_md(exp_dir: Union[str, Path]) -> str:
             rows = []
             for key, d in long_form.items():
                 wins = {w["label"]: w for w in d["windows"]}
-                cells = [key, fmt_wer(d["overall"].get("wer"))]
+                cells = [key, _fmt_iv(d["overall"].get("wer"), ivs[key].get("all"))]
                 for lab in wlabels:
                     w = wins.get(lab)
-                    cells.append("-" if w is None else f"{fmt_wer(w.get('wer'))} ({w['snt']})")
+                    iv = ivs[key].get(f"window {lab}")
+                    cells.append("-" if w is None else f"{_fmt_iv(w.get('wer'), iv)} ({w['snt']})")
                 rows.append(cells)
             out += ["## Long-form: WER per window size", ""]
             out += md_table(["Test set", "WER", *(f"WER {lab}" for lab in wlabels)], rows)

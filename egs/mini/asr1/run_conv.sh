@@ -5,6 +5,7 @@
 #   ./run_conv.sh                        both models, all stages (finished ones are skipped)
 #   ./run_conv.sh --pos_encs "nopos"     only one of them
 #   ./run_conv.sh --train_args "train.max_minutes=30"  extra overrides for both
+#   ./run_conv.sh --seeds 1 2 3          one model per seed: exp/<tag>_seed<N> (train.seed=N)
 # Stages 1-2 (data, manifests) are the ones of ./run.sh and shared with it; stage 3 adds a BPE tokenizer.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -16,9 +17,13 @@ decode_args=
 min_span=4
 token_type=bpe
 nbpe=400
-__asrkit_opts="config pos_encs train_args decode_args min_span token_type nbpe"
+seeds=              # training seeds ("": one model each, no _seed suffix)
+__asrkit_opts="config pos_encs train_args decode_args min_span token_type nbpe seeds"
+. ../../TEMPLATE/asr1/utils/seeds.sh
+seeds_join "$@"; set -- "${__args[@]}"
 . ../../TEMPLATE/asr1/utils/parse_options.sh
 [ $# -eq 0 ] || { echo "$0: unexpected argument(s): $*" >&2; exit 2; }
+seeds=${seeds//,/ }
 . ./path.sh
 
 # word pieces, not run.sh's letters: 80 ms per encoder frame is too coarse for letters' CTC
@@ -27,10 +32,13 @@ toks=(--token_type "$token_type" --nbpe "$nbpe")
 name=$(basename "${config%.*}")
 dirs=()
 for pos in $pos_encs; do
-    if [ "$pos" = concat_sin ]; then tag=${name}_pos; args=""; else tag=${name}_${pos}; args="encoder.pos_enc=$pos encoder.pos={}"; fi
-    ./run.sh --stage 4 --stop_stage 6 --train_config "$config" --tag "$tag" "${toks[@]}" \
-        --train_args "$args $train_args" --decode_args "$decode_args"
-    dirs+=("exp/$tag")
+    for seed in ${seeds:-_}; do
+        if [ "$pos" = concat_sin ]; then tag=${name}_pos; args=""; else tag=${name}_${pos}; args="encoder.pos_enc=$pos encoder.pos={}"; fi
+        [ "$seed" = _ ] || { tag=${tag}_seed$seed; args="$args train.seed=$seed"; }
+        ./run.sh --stage 4 --stop_stage 6 --train_config "$config" --tag "$tag" "${toks[@]}" \
+            --test_sets "test test-longform" --train_args "$args $train_args" --decode_args "$decode_args"
+        dirs+=("exp/$tag")
+    done
 done
 
 for s in test test-longform; do

@@ -7,7 +7,8 @@
 #   exp/padfree_report/padding.md              padding fraction per sampler on the mini training cuts
 #   exp/padfree_report/padfree_hops.png        histogram of the hops of one epoch (paper Fig. 14)
 #   exp/<pf_sinpos>/hop_curve_<set>.{md,png}   decoding hop vs WER and speed (paper Fig. 17)
-#   ./run_padfree_compare.sh [--steps 1200] [--encodings "sinpos cape"] [--hops 5,8,10,12,15,20]
+#   ./run_padfree_compare.sh [--steps 1200] [--encodings "sinpos cape"] [--hops 5,8,10,12,15,20] [--seeds 1 2 3]
+# --seeds: one model per seed (exp/<tag>_seed<N>, train.seed=N), one row each in compare.md (mean, spread).
 set -euo pipefail
 cd "$(dirname "$0")"
 steps=1200              # training budget per model (train.max_steps): same work for every model
@@ -19,9 +20,13 @@ hop_sets="test test-longform"  # sets of the hop curve (long utterances show the
 # decoding of the hop curve: the one run.sh reports (letters CTC + lexicon TLG)
 decode_args="decode.method=wfst decode.lm=data/lm/graph_letters_1gram decode.lm_weight=0.2"
 out=exp/padfree_compare
-__asrkit_opts="steps encodings train_config extra_args hops hop_sets decode_args out"
+seeds=                  # training seeds ("": one model each, the config's seed, no _seed suffix)
+__asrkit_opts="steps encodings train_config extra_args hops hop_sets decode_args out seeds"
+. ../../TEMPLATE/asr1/utils/seeds.sh
+seeds_join "$@"; set -- "${__args[@]}"
 . ../../TEMPLATE/asr1/utils/parse_options.sh
 [ $# -eq 0 ] || { echo "$0: unexpected argument(s): $*" >&2; exit 2; }
+seeds=${seeds//,/ }
 
 ./run.sh --stop_stage 3   # data and tokens (skipped when done)
 . ./path.sh
@@ -35,10 +40,13 @@ asrkit padfree hops --cuts data/manifests/mini_cuts_train.jsonl.gz \
 tags=()
 for enc in $encodings; do
     for sampler in bucketing padfree; do
-        tag=$([ "$sampler" = padfree ] && echo pf || echo pd)_${enc}
-        ./run.sh --stage 4 --stop_stage 6 --tag "$tag" --train_config "$train_config" \
-            --train_args "encoder.pos_enc=$enc data.sampler=$sampler train.max_steps=$steps train.max_minutes=0 $extra_args"
-        tags+=("exp/$tag")
+        for seed in ${seeds:-_}; do
+            tag=$([ "$sampler" = padfree ] && echo pf || echo pd)_${enc}
+            sargs=""; [ "$seed" = _ ] || { tag=${tag}_seed$seed; sargs="train.seed=$seed"; }
+            ./run.sh --stage 4 --stop_stage 6 --tag "$tag" --train_config "$train_config" \
+                --train_args "encoder.pos_enc=$enc data.sampler=$sampler train.max_steps=$steps train.max_minutes=0 $sargs $extra_args"
+            tags+=("exp/$tag")
+        done
     done
 done
 asrkit compare "${tags[@]}" --out "$out"

@@ -1,53 +1,93 @@
 #!/usr/bin/env bash
-# Train the mini model once per positional encoding, everything else identical (one config key
-# apart), decode test + long-form, and write one comparison table and PNG plots of WER per duration
-# bin and per long-form window (the shape of the CAPE paper's figures 5 and 6). Long-form: the
-# synthesized test-longform set (20-45 s utterances) and windows of 10..45 s cut from the test set
-# (the same words at every window size; training utterances are 1-5 s).
-# Every model gets the same number of optimizer steps (not wall time), so the comparison does not
-# depend on machine load; --parallel N trains N models at once (one thread each).
-#   ./run_pos_compare.sh [--encodings "nopos sinpos cape"] [--steps 1200] [--parallel 2] [--windows "10 20 30 45"]
+# The positional-encoding study on mini: one model per encoding and seed, everything else identical
+# (one config key apart), the same number of optimizer steps each (not wall time, so the comparison
+# does not depend on machine load); decoded on
+#   test           1-10 s utterances
+#   test-longform  20-45 s files
+#   test-span      2-45 s files, the same amount of audio in each duration bin (<10, 10-15, 15-20, >=20 s)
+#   test-longform<W>       windows of W = 10..45 s cut from test (the same words at every size)
+#   test-span-longform<W>  windows of 60 s, 120 s and whole chapters (~4 min) cut from test-span
+# and compared with `asrkit compare`: WER with 95 % bootstrap intervals per bin and window, mean and
+# spread over the seeds, significance against the baselines (MAPSSWE and sign test per pair of seeds,
+# a permutation test over the seeds), decoding time and peak memory per bin and window. Writes
+#   exp/pos_compare/compare.md, compare.json, wer_vs_duration.png, wer_vs_window.png
+# and copies them to the recipe's RESULTS.md (+ PNGs) (a later ./run.sh stage 6 rewrites RESULTS.md
+# with every experiment and no baselines; rerunning this script, which skips every finished model,
+# writes the study's again).
+#   ./run_pos_compare.sh [--encodings "nopos sinpos cape"] [--seeds "1 2 3"] [--steps 1200] [--parallel 2]
 # NAME+cape trains NAME with CAPE's augmentation of the frame times (encoder.pos.augment=cape; rope, alibi).
+# Experiments: exp/pos_<encoding>_seed<N> (train.seed=N); --parallel N trains N models at once.
 set -euo pipefail
 cd "$(dirname "$0")"
 encodings="nopos abspos sinpos relpos relpos_first cape shape cpe spe_sine spe_conv concat_sin rope rope+cape alibi alibi+cape"
+seeds="1 2 3"       # training seeds: --seeds 1 2 3 or --seeds "1 2 3"
 steps=1200          # training budget per model (train.max_steps)
+baselines="nopos sinpos"  # encodings every other one is tested against (those trained)
 parallel=1          # models trained at once
 train_config=conf/train.yaml
 extra_args=         # more key=value overrides for every model
 out=exp/pos_compare
-windows="10 20 30 45"  # long-form window sizes (s) cut from the test set
-__asrkit_opts="encodings steps parallel train_config extra_args out windows"
+windows="10 20 30 45"      # long-form window sizes (s) cut from the test set
+long_windows="60 120 whole" # window sizes cut from test-span (whole: one window per chapter)
+results=RESULTS.md  # copy of the comparison in the recipe dir ("" : only $out)
+__asrkit_opts="encodings seeds steps baselines parallel train_config extra_args out windows long_windows results"
+. ../../TEMPLATE/asr1/utils/seeds.sh
+seeds_join "$@"; set -- "${__args[@]}"
 . ../../TEMPLATE/asr1/utils/parse_options.sh
+[ $# -eq 0 ] || { echo "$0: unexpected argument(s): $*" >&2; exit 2; }
+seeds=${seeds//,/ }
+[ -n "$seeds" ] || { echo "$0: --seeds needs at least one seed" >&2; exit 2; }
+for s in $seeds; do [[ "$s" =~ ^[0-9]+$ ]] || { echo "$0: --seeds: '$s' is not a non-negative integer" >&2; exit 2; }; done
+[[ "$steps" =~ ^[1-9][0-9]*$ ]] || { echo "$0: --steps must be a positive integer, got '$steps'" >&2; exit 2; }
 
 ./run.sh --stop_stage 3   # data and tokens (skipped when done)
+if [ ! -f data/manifests/mini_cuts_test-span.jsonl.gz ]; then
+    # data made before test-span existed: synthesize and check it (finished parts are kept)
+    ./run.sh --stage 1 --stop_stage 2 --force true
+fi
 . ./path.sh
-window_sets=""
-for w in $windows; do
-    window_sets="$window_sets test-longform$w"
-    [ -f "data/manifests/mini_cuts_test-longform$w.jsonl.gz" ] || need_windows=1
+# long-form windows (built once): the sizes of a part that have no manifest yet
+for part in test test-span; do
+    todo=""
+    for w in $([ "$part" = test ] && echo "$windows" || echo "$long_windows"); do
+        [ -f "data/manifests/mini_cuts_${part}-longform$w.jsonl.gz" ] || todo="$todo $w"
+    done
+    # shellcheck disable=SC2086
+    [ -z "$todo" ] || asrkit longform mini --manifests data/manifests --parts "$part" --windows $todo
 done
-# shellcheck disable=SC2086
-[ -z "${need_windows:-}" ] || asrkit longform mini --manifests data/manifests --parts test --windows $windows
-tags=()
+test_sets="test test-longform test-span"
+for w in $windows; do test_sets="$test_sets test-longform$w"; done
+for w in $long_windows; do test_sets="$test_sets test-span-longform$w"; done
+
 train_one() {
-    local enc=$1 threads=$2 args
-    args="encoder.pos_enc=${enc%+cape} train.max_steps=$steps train.max_minutes=0 train.threads=$threads"
+    local enc=$1 seed=$2 threads=$3 tag=pos_${1}_seed${2} args
+    args="encoder.pos_enc=${enc%+cape} train.max_steps=$steps train.max_minutes=0 train.threads=$threads train.seed=$seed"
     case "$enc" in spe_*) args="$args encoder.attention=linear_relu" ;; *+cape) args="$args encoder.pos.augment=cape" ;; esac
-    ./run.sh --stage 4 --stop_stage 6 --tag "pos_${enc}" --train_config "$train_config" --nj 1 \
-        --test_sets "test test-longform$window_sets" --train_args "$args $extra_args" > "exp/pos_${enc}.log" 2>&1 \
-        || { echo "pos_${enc} failed: see exp/pos_${enc}.log" >&2; return 1; }
-    echo "pos_${enc}: done"
+    # stages 4-5 here, scoring below: stage 6 would also rewrite RESULTS.md from every experiment each time
+    { ./run.sh --stage 4 --stop_stage 5 --tag "$tag" --train_config "$train_config" --nj 1 \
+        --test_sets "$test_sets" --train_args "$args $extra_args" && asrkit report "exp/$tag" --score; } \
+        > "exp/$tag.log" 2>&1 || { echo "$tag failed: see exp/$tag.log" >&2; return 1; }
+    echo "$tag: done"
 }
 mkdir -p exp
 threads=$(( $(nproc) / parallel )); [ "$threads" -ge 1 ] || threads=1
-running=0
+dirs=(); failed=0; running=0
 for enc in $encodings; do
-    train_one "$enc" "$threads" &
-    tags+=("exp/pos_${enc}")
-    running=$((running + 1))
-    if [ "$running" -ge "$parallel" ]; then wait -n; running=$((running - 1)); fi
+    for seed in $seeds; do
+        train_one "$enc" "$seed" "$threads" &
+        dirs+=("exp/pos_${enc}_seed${seed}")
+        running=$((running + 1))
+        if [ "$running" -ge "$parallel" ]; then wait -n || failed=1; running=$((running - 1)); fi
+    done
 done
-wait
-asrkit compare "${tags[@]}" --out "$out"
-echo "table: $out/compare.md"
+while [ "$running" -gt 0 ]; do wait -n || failed=1; running=$((running - 1)); done
+[ "$failed" -eq 0 ] || { echo "$0: some models failed (see exp/pos_*.log)" >&2; exit 1; }
+
+base=()
+for b in $baselines; do case " $encodings " in *" $b "*) base+=("pos_$b") ;; esac; done
+asrkit compare "${dirs[@]}" --out "$out" ${base:+--baseline "$(IFS=,; echo "${base[*]}")"} > /dev/null
+if [ -n "$results" ]; then
+    cp "$out/compare.md" "$results"
+    cp "$out"/wer_vs_*.png .
+fi
+echo "tables: $out/compare.md${results:+ (and $results)}; every figure: $out/compare.json"

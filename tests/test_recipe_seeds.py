@@ -1,0 +1,87 @@
+"""``--seeds`` of the mini recipe scripts (egs/TEMPLATE/asr1/utils/seeds.sh): ``run.sh --seeds 1 2 3``
+calls the shared asr.sh once per seed with ``--tag <tag>_seed<N>`` and ``train.seed=N`` added to the
+user's overrides; checked with a stand-in asr.sh that parses its options with the real
+utils/parse_options.sh and records the values it would run with."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+STUB_ASR = r"""#!/usr/bin/env bash
+set -euo pipefail
+stage=1 stop_stage=6 corpus= corpus_dir= train_sets= dev_set= test_sets= prepare_args= token_type= lm_order=0
+train_config= train_args= tag= decode_args= nj=2
+__asrkit_opts="stage stop_stage corpus corpus_dir train_sets dev_set test_sets prepare_args token_type lm_order train_config train_args tag decode_args nj"
+__asrkit_append_opts="prepare_args"
+. "$(dirname "${BASH_SOURCE[0]}")/utils/parse_options.sh"
+tag=${tag:-$(basename "${train_config%.*}")}
+python3 -c 'import json, sys; print(json.dumps(dict(zip(sys.argv[1::2], sys.argv[2::2]))))' \
+    tag "$tag" train_args "$train_args" test_sets "$test_sets" stage "$stage" prepare_args "$prepare_args" \
+    >> "$CALLS"
+"""
+
+
+@pytest.fixture()
+def recipe(tmp_path):
+    egs = tmp_path / "egs"
+    mini = egs / "mini" / "asr1"
+    mini.mkdir(parents=True)
+    for name in ("run.sh", "run_pos_compare.sh", "run_budget_curve.sh"):
+        shutil.copy(ROOT / "egs" / "mini" / "asr1" / name, mini / name)
+    (mini / "db.sh").write_text("MINI=/nowhere\n")
+    (mini / "path.sh").write_text("")
+    tpl = egs / "TEMPLATE" / "asr1"
+    (tpl / "utils").mkdir(parents=True)
+    for name in ("parse_options.sh", "seeds.sh"):
+        shutil.copy(ROOT / "egs" / "TEMPLATE" / "asr1" / "utils" / name, tpl / "utils" / name)
+    (tpl / "asr.sh").write_text(STUB_ASR)
+    (tpl / "asr.sh").chmod(0o755)
+    return mini
+
+
+def _run(recipe: Path, script: str, *args: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    calls = recipe / "calls.jsonl"
+    calls.unlink(missing_ok=True)
+    p = subprocess.run(["bash", script, *args], cwd=recipe, capture_output=True, text=True, timeout=60,
+                       env={"PATH": "/usr/bin:/bin", "CALLS": str(calls)})
+    return p, [json.loads(x) for x in calls.read_text().splitlines()] if calls.exists() else []
+
+
+def test_run_sh_one_experiment_per_seed(recipe):
+    p, calls = _run(recipe, "run.sh", "--seeds", "1", "2", "3", "--tag", "cape", "--train_args", "encoder.pos_enc=cape",
+                    "--stage", "4")
+    assert p.returncode == 0, p.stderr
+    assert [c["tag"] for c in calls] == ["cape_seed1", "cape_seed2", "cape_seed3"]
+    assert [c["train_args"] for c in calls] == [f"encoder.pos_enc=cape train.seed={s}" for s in (1, 2, 3)]
+    assert all(c["stage"] == "4" and c["test_sets"] == "test test-longform test-span" for c in calls)
+    assert all("--span-minutes 32" in c["prepare_args"] for c in calls)
+
+
+def test_run_sh_seed_spellings_and_default_tag(recipe):
+    _, calls = _run(recipe, "run.sh", "--seeds", "4 5", "--train-config", "conf/small.yaml")
+    assert [(c["tag"], c["train_args"]) for c in calls] == [("small_seed4", "train.seed=4"), ("small_seed5", "train.seed=5")]
+    _, calls = _run(recipe, "run.sh", "--seeds=7,8", "--tag=x", "--train-args=a=1")
+    assert [(c["tag"], c["train_args"]) for c in calls] == [("x_seed7", "a=1 train.seed=7"), ("x_seed8", "a=1 train.seed=8")]
+    # without --seeds: one call, the options as given
+    _, calls = _run(recipe, "run.sh", "--tag", "plain", "--train_args", "a=1")
+    assert [(c["tag"], c["train_args"]) for c in calls] == [("plain", "a=1")]
+
+
+@pytest.mark.parametrize("script, args, message", [
+    ("run.sh", ["--seeds", "--tag", "x"], "--seeds needs one or more non-negative integers"),
+    ("run.sh", ["--seeds=1,x"], "--seeds: 'x' is not a non-negative integer"),
+    ("run_pos_compare.sh", ["--seeds", "one"], "--seeds needs one or more non-negative integers"),
+    ("run_pos_compare.sh", ["--seeds", "1 2", "--steps", "0"], "--steps must be a positive integer"),
+    ("run_pos_compare.sh", ["--seedz", "1"], "unknown option --seedz"),
+    ("run_budget_curve.sh", ["--every", "0"], "--every must be a positive integer"),
+])
+def test_bad_seed_options_fail_before_any_work(recipe, script, args, message):
+    p, calls = _run(recipe, script, *args)
+    assert p.returncode == 2 and message in p.stderr, p.stderr
+    assert calls == []
