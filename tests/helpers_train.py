@@ -125,6 +125,19 @@ def overrides(corpus: dict, dev: bool = False, **kw) -> list[str]:
     return [f"{k}={v}" for k, v in o.items()]
 
 
+def store_features(ovr: list[str]) -> None:
+    """Stage 2's stored fbank (train and dev parts) of the fixture corpus that ``ovr`` trains on,
+    for its features, under its ``data.fbank_dir``."""
+    from asrkit.data import cuts
+
+    kv = dict(o.split("=", 1) for o in ovr)
+    parts = ["train"] + ([kv["data.dev_set"]] if kv.get("data.dev_set") else [])
+    rc = cuts.main(["--corpus", kv["data.corpus"], "--manifest-dir", kv["data.manifest_dir"], "--parts", *parts,
+                    "--fbank-parts", *parts, "--fbank-dir", kv["data.fbank_dir"], "--num-jobs", "1",
+                    "--train-config", str(TINY), "--train-args", " ".join(ovr)])
+    assert rc == 0
+
+
 def train_args(exp: Path, ovr: list[str]) -> list[str]:
     return ["--config", str(TINY), "--exp-dir", str(exp)] + list(ovr)
 
