@@ -26,7 +26,8 @@ from asrkit.schema import ConfigError, from_dict, load_yaml_mapping, parse_overr
 
 @dataclass
 class FeatureConfig:
-    """Log-mel filterbank features, computed on the fly (Lhotse's torch-native fbank)."""
+    """Log-mel filterbank features (Lhotse's torch-native Kaldi fbank), stored once by stage 2 or
+    computed on the fly (``data.features``)."""
 
     n_mels: int = 80
     win: float = 0.025  #: window length in seconds
@@ -105,6 +106,12 @@ class DataConfig:
     max_utt_duration: float = 60.0  #: longer utterances are dropped (counted)
     on_bad_audio: str = "raise"  #: raise | skip (skip = warn, count, drop from the batch)
     dev_max_utts: int = 0  #: limit dev utterances used for validation WER (0 = all)
+    #: where the padded pipeline's fbank comes from: stored (``asrkit cuts --fbank-parts``, under
+    #: ``fbank_dir``) | on_the_fly (every epoch) | auto (stored when the training and dev sets have
+    #: it for these features, else on the fly); the padding-free sampler is always on the fly.
+    #: A run saves what it used (stored | on_the_fly) in its config.yaml.
+    features: str = "auto"
+    fbank_dir: str = "data/fbank"  #: stored features (asrkit.data.feature_store)
 
 
 @dataclass

@@ -117,11 +117,25 @@ def overrides(corpus: dict, dev: bool = False, **kw) -> list[str]:
         "encoder.d_model": 32, "encoder.n_heads": 2, "encoder.d_ff": 64, "encoder.n_layers": 2,
         "data.manifest_dir": str(corpus["manifests"]), "data.corpus": "fx", "data.train_sets": "[train]",
         "data.dev_set": "dev" if dev else "", "data.max_duration": 4.0, "data.num_workers": 0,
+        "data.fbank_dir": str(corpus["root"] / "fbank"),
         "tokens.path": str(corpus["tokens"]), "train.threads": 1, "train.log_interval": 1,
         "train.ckpt_every_steps": 0, "train.max_epochs": 1, "train.device": "cpu", "train.dist_timeout_s": 60,
     }
     o.update({k.replace("__", "."): v for k, v in kw.items()})
     return [f"{k}={v}" for k, v in o.items()]
+
+
+def store_features(ovr: list[str]) -> None:
+    """Stage 2's stored fbank (train and dev parts) of the fixture corpus that ``ovr`` trains on,
+    for its features, under its ``data.fbank_dir``."""
+    from asrkit.data import cuts
+
+    kv = dict(o.split("=", 1) for o in ovr)
+    parts = ["train"] + ([kv["data.dev_set"]] if kv.get("data.dev_set") else [])
+    rc = cuts.main(["--corpus", kv["data.corpus"], "--manifest-dir", kv["data.manifest_dir"], "--parts", *parts,
+                    "--fbank-parts", *parts, "--fbank-dir", kv["data.fbank_dir"], "--num-jobs", "1",
+                    "--train-config", str(TINY), "--train-args", " ".join(ovr)])
+    assert rc == 0
 
 
 def train_args(exp: Path, ovr: list[str]) -> list[str]:

@@ -65,6 +65,26 @@ def test_fbank_values_equal_kaldi_native_fbank(sr, hop, n_mels):
     assert np.abs(diff[~floor]).mean() < 1.5e-5 and abs(diff[~floor].mean()) < 5e-6
 
 
+@pytest.mark.parametrize("n", [16000 + 37, 4003, 611])
+def test_fbank_equals_lhotse_fbank_layer(n):
+    """asrkit's fbank is the computation of Lhotse's ``Wav2LogFilterBank`` (int16-scaled input,
+    snip_edges=False) written out: the same values within float rounding, for the hops the
+    padding-free pipeline picks (any number of samples, odd ones included) and a long window."""
+    from lhotse.features.kaldi.layers import Wav2LogFilterBank
+
+    from asrkit.data.padfree import hop_seconds
+
+    x = _signal(n, 16000)
+    for shift, win in [(80, 0.025), (128, 0.025), (159, 0.025), (160, 0.025), (161, 0.025), (173, 0.025),
+                       (200, 0.025), (240, 0.025), (160, 0.05)]:
+        hop = hop_seconds(shift, 16000)
+        ref = Wav2LogFilterBank(sampling_rate=16000, frame_length=win, frame_shift=hop, num_filters=80,
+                                snip_edges=False)(torch.from_numpy(x)[None] * 32768.0)[0]
+        ours = fbank(x, 16000, hop=hop, win=win)
+        assert ours.shape == ref.shape == (num_frames(n, 16000, hop), 80), shift
+        assert float((ours - ref).abs().max()) < 2e-5, shift
+
+
 @pytest.mark.parametrize("hop", [0.005, 0.010, 0.0125])
 def test_fbank_vs_lhotse_fbank_extractor(hop):
     """Lhotse's own Fbank extractor takes samples in [-1, 1]; asrkit scales them to the int16 range

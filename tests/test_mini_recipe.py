@@ -52,6 +52,11 @@ def test_all_stages_then_skip(recipe):
     assert "WER per test set and duration bin" in (exp / "RESULTS.md").read_text()
     info = json.loads((exp / "train_info.json").read_text())
     assert info["steps"] > 0 and info["audio_sec_per_sec"] > 0
+    # stage 2 stored the fbank of the train and dev sets; training read it
+    store = recipe / "data" / "fbank" / "fbank80_hop10ms_win25ms_16k"
+    assert all((store / f"mini_cuts_{p}.jsonl.gz").is_file() for p in ("train", "dev"))
+    assert not (store / "mini_cuts_test.jsonl.gz").exists()
+    assert "  features: stored\n" in (exp / "config.yaml").read_text()
     for n in range(1, 7):
         marker = {3: recipe / "data" / ".done" / "letters" / "stage3.done"}.get(
             n, (recipe / "data" / ".done" / f"stage{n}.done") if n <= 2 else (exp / ".done" / f"stage{n}.done"))

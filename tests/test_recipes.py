@@ -127,6 +127,22 @@ def assert_stages_done(recipe: Path, *stages: int) -> None:
         assert (recipe / "data" / ".done" / f"stage{n}.done").is_file(), f"stage {n} has no .done marker"
 
 
+def assert_stored_fbank(recipe: Path, corpus: str, parts: list[str], others: list[str]) -> None:
+    """Stage 2 stored the fbank of exactly the training and dev ``parts`` (data/fbank/<config>/),
+    one feature matrix per utterance of the part, with as many frames as its duration gives."""
+    (store,) = (recipe / "data" / "fbank").glob("fbank*")
+    for part in parts:
+        cuts = read_jsonl(store / f"{corpus}_cuts_{part}.jsonl.gz")
+        assert sorted(c["id"] for c in cuts) == cut_ids(recipe, corpus, part), part
+        for c in cuts:
+            f = c["features"]
+            assert f["type"] == "asrkit-fbank" and f["start"] == c["start"] and f["frame_shift"] == 0.01
+            assert f["num_frames"] == int((round(c["duration"] * 16000) + 80) // 160)
+            assert (store / f["storage_path"]).is_file()
+    for part in others:
+        assert not (store / f"{corpus}_cuts_{part}.jsonl.gz").exists(), part
+
+
 def assert_rerun_skips(recipe: Path, env: dict, *args: str) -> None:
     """A rerun of stages 1-2 skips both (done markers) and rewrites nothing."""
     files = {p: p.stat().st_mtime_ns for p in (recipe / "data" / "manifests").iterdir()}
@@ -182,6 +198,7 @@ def test_wsj_recipe(tmp_path):
     assert_part(recipe, "wsj", "test_dev93", ["4k0c0301"])
     assert_part(recipe, "wsj", "test_eval92", ["440c0201", "440c0202"])
     assert_stages_done(recipe, 1, 2)
+    assert_stored_fbank(recipe, "wsj", ["train_si284", "test_dev93"], ["test_eval92"])
     assert not list((recipe / "data" / "manifests").glob("*longform*"))
     # recordings point at the FLAC cache (db.sh's WSJ_FLAC default), kept through the remedies
     for part in ("test_dev93", "test_eval92"):
@@ -245,6 +262,7 @@ def test_tedlium_recipe(tmp_path, version, broken):
         assert_longform(recipe, corpus, part)
     assert not list((recipe / "data" / "manifests").glob(f"{corpus}_cuts_train-longform*"))
     assert_stages_done(recipe, 1, 2)
+    assert_stored_fbank(recipe, corpus, ["train", "dev"], ["test"])
     # run.sh's --pad-segments reached the preparer: training segments start 0.15 s early
     first = min(manifests(recipe, corpus, "cuts", "train"), key=lambda c: c["id"])
     assert first["id"].startswith("AlexSmith_2009-0000050-")  # ids keep the STM times
@@ -296,6 +314,8 @@ def test_librispeech_recipe(tmp_path):
     for part in ("dev-clean", "test-clean", "test-other"):
         assert_longform(recipe, "librispeech", part)
     assert_stages_done(recipe, 1, 2)
+    assert_stored_fbank(recipe, "librispeech", ["train-clean-100", "train-clean-360", "train-other-500", "dev-clean"],
+                        ["test-clean", "test-other"])
     assert_rerun_skips(recipe, env)
 
     bad = fx.utts["1688-142285-0001"][2]

@@ -30,10 +30,15 @@ def _log(exp) -> str:
     return (exp / "train.log").read_text()
 
 
-def test_kill9_then_rerun_equals_uninterrupted_run(corpus, tmp_path):
+@pytest.mark.parametrize("features", ["stored", "on_the_fly"])
+def test_kill9_then_rerun_equals_uninterrupted_run(corpus, tmp_path, features):
+    """With the fbank stored by stage 2 (read by the loader worker) or computed on the fly."""
     kw = dict(encoder__n_layers=3, encoder__layer_drop=0.3, encoder__dropout=0.1, frontend__dropout=0.1,
-              data__num_workers=1, train__max_epochs=3, train__ckpt_every_steps=2, train__ema_decay=0.9)
+              data__num_workers=1, train__max_epochs=3, train__ckpt_every_steps=2, train__ema_decay=0.9,
+              data__features=features, data__fbank_dir=tmp_path / "fbank")
     ovr = H.overrides(corpus, dev=True, **kw)
+    if features == "stored":
+        H.store_features(ovr)
     ref = tmp_path / "ref"
     assert H.run_inprocess(ref, ovr) == 0
 
@@ -68,6 +73,7 @@ def test_kill9_then_rerun_equals_uninterrupted_run(corpus, tmp_path):
     assert not H.bitwise_equal(ema(ref), H.last_params(ref))
     a, b = H.info(exp), H.info(ref)
     assert a["steps"] == b["steps"] and a["epochs_completed"] == 3
+    assert f"features: {features}" in (exp / "config.yaml").read_text()
     # the per-epoch dev WERs recorded for averaging agree too
     wer = lambda e: {n: v.get("dev_wer") for n, v in read_index(e).items() if n.startswith("epoch-")}  # noqa: E731
     assert wer(exp) == wer(ref)
@@ -108,6 +114,12 @@ def test_refuses_to_resume_when_config_world_size_or_data_change(corpus, tmp_pat
     assert "world size changed: checkpoint 2, now 1" in _log(ddp)
     assert H.run_inprocess(exp, H.overrides(c, train__max_steps=4)) == 0  # the original data: resumes
     assert H.info(exp)["steps"] == 4
+    # where the features come from: a run that computed its fbank on the fly (data.features=auto,
+    # no store then) does not resume on stored features (they differ within lilcom's precision)
+    o = H.overrides(c, train__max_steps=5, data__fbank_dir=tmp_path / "fbank")
+    H.store_features(o)
+    assert H.run_inprocess(exp, o) == 1
+    assert "data.features 'on_the_fly' -> 'stored'" in _log(exp)
 
 
 def _state(step, epoch, batch, **extra):

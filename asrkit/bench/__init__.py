@@ -2,6 +2,7 @@
 
     python -m asrkit.bench pos_enc [--quick] [--out bench.md]     # cost of every positional encoding
     python -m asrkit.bench transcribe --model PKG --recipe DIR     # transcribe / ONNX / sherpa-onnx figures
+    python -m asrkit.bench train --recipe egs/mini/asr1             # input pipeline vs model: throughput, FLOP use
 
 Speed targets live here, not in the test suite. A benchmark that measures in fresh processes
 runs its workers as ``python -m asrkit.bench --worker <module>:<function> <json spec>``.
@@ -16,6 +17,7 @@ import sys
 BENCHMARKS: dict[str, str] = {
     "pos_enc": "asrkit.bench.pos_enc",
     "transcribe": "asrkit.bench.transcribe",
+    "train": "asrkit.bench.train",
 }
 
 

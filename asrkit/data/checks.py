@@ -7,6 +7,8 @@ from asrkit.tokenizer import TOKENIZER_KINDS
 
 #: data.on_bad_audio values: stop naming the file, or skip the utterance (counted)
 ON_BAD_AUDIO = ("raise", "skip")
+#: data.features values: where the padded pipeline's fbank comes from (asrkit.data.feature_store)
+FEATURE_SOURCES = ("auto", "stored", "on_the_fly")
 
 
 def _choice(key: str, value: str, valid) -> None:
@@ -20,6 +22,10 @@ def validate_data_config(cfg) -> None:
     _choice("tokens.kind", cfg.tokens.kind, TOKENIZER_KINDS)
     _choice("data.sampler", d.sampler, SAMPLERS)
     _choice("data.on_bad_audio", d.on_bad_audio, ON_BAD_AUDIO)
+    _choice("data.features", d.features, FEATURE_SOURCES)
+    if d.features == "stored" and d.sampler == "padfree":
+        raise ConfigError("data.features=stored: the padfree sampler computes its fbank per batch (a hop chosen "
+                          "per batch); use data.features=auto or on_the_fly, or data.sampler=bucketing")
     if f.hop <= 0 or f.win <= 0:
         raise ConfigError("features.hop and features.win must be > 0 (seconds)")
     if f.n_mels < 1 or f.sample_rate < 1:

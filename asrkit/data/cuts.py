@@ -1,5 +1,12 @@
 """`asrkit cuts`: stage 2 of the recipes. Checks that every utterance's audio decodes (in
-parallel, with progress), and builds long-form windows for the requested parts.
+parallel, with progress), stores the fbank of the ``--fbank-parts`` (the training and dev sets)
+in the same pass, and builds long-form windows for the requested parts.
+
+Stored features (:mod:`asrkit.data.feature_store`) are those of the training config's
+``features`` section (``--train-config`` and ``--train-args``, as given to training), under
+``--fbank-dir``; training reads them when its features match (``data.features``). A part whose
+store is complete is not recomputed; a config with the padding-free sampler stores nothing (it
+computes its fbank per batch, at a hop chosen per batch).
 
 A missing or corrupt audio file is an error naming the utterance and the file (and how to rerun
 with the skip: in a recipe ``--on_bad skip``), or, with ``--on-bad skip``, a counted skip: the
@@ -15,6 +22,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Optional
 
+from asrkit.schema import ConfigError
 from asrkit.utils import atomic_path, atomic_write, setup_logging
 
 logger = logging.getLogger(__name__)
@@ -49,6 +57,26 @@ def check_audio(cuts, num_jobs: int = 2, desc: str = "") -> dict[str, str]:
     return bad
 
 
+def _feature_store(args):
+    """The store of the training config's features, or None (nothing to store)."""
+    if not args.fbank_parts:
+        return None
+    from asrkit.config import load_config
+    from asrkit.data.checks import validate_data_config
+    from asrkit.data.feature_store import FeatureStore
+
+    missing = [p for p in args.fbank_parts if p not in args.parts]
+    if missing:
+        raise ConfigError(f"--fbank-parts {' '.join(missing)}: not among --parts {' '.join(args.parts)}")
+    cfg = load_config(args.train_config, args.train_args.split())  # word-split as the recipe passes them
+    validate_data_config(cfg)
+    if cfg.data.sampler == "padfree" or cfg.data.features == "on_the_fly":
+        print(f"asrkit cuts: data.sampler={cfg.data.sampler}, data.features={cfg.data.features}: "
+              "the fbank is computed on the fly, nothing to store")
+        return None
+    return FeatureStore.of(args.fbank_dir, cfg.features)
+
+
 def main(argv: list[str] | None = None) -> int:
     from asrkit.data.manifests import load_cuts, manifest_path
     from asrkit.utils import remedy
@@ -61,11 +89,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--on-bad", choices=["raise", "skip"], default="raise")
     p.add_argument("--longform", nargs="*", default=[], help="parts to cut into long-form windows")
     p.add_argument("--windows", default="10,15,20,25,30,35,40,45", help="long-form window sizes (s)")
+    p.add_argument("--fbank-parts", nargs="*", default=[], help="parts whose fbank is computed and stored")
+    p.add_argument("--fbank-dir", type=Path, default=Path("data/fbank"), help="where (default: %(default)s)")
+    p.add_argument("--train-config", type=Path, default=None, help="training config whose features are stored")
+    p.add_argument("--train-args", default="", help="its key=value overrides (one string, as the recipe's --train_args)")
     args = p.parse_args(argv)
     setup_logging()
+    try:
+        store = _feature_store(args)
+    except ConfigError as e:
+        print(f"asrkit cuts: {e}", file=sys.stderr)
+        return 2
     for part in args.parts:
         cuts = load_cuts(args.manifest_dir, args.corpus, part)
-        bad = check_audio(cuts, args.num_jobs, f"{args.corpus}/{part}")
+        feats = None
+        if store is not None and part in args.fbank_parts and not store.is_complete(cuts, args.corpus, part):
+            feats, bad = store.compute(cuts, args.corpus, part, args.num_jobs)  # also the audio check
+        else:
+            bad = check_audio(cuts, args.num_jobs, f"{args.corpus}/{part}")
         if bad:
             listing = "\n  ".join(f"{k}: {v}" for k, v in list(bad.items())[:10])
             if args.on_bad == "raise":
@@ -79,7 +120,12 @@ def main(argv: list[str] | None = None) -> int:
             kept = cuts.filter(lambda c: c.id not in bad).to_eager()
             with atomic_path(manifest_path(args.manifest_dir, args.corpus, "cuts", part)) as tmp:
                 kept.to_file(tmp)
-        print(f"{args.corpus}/{part}: {len(cuts) - len(bad)} utterances with readable audio, {len(bad)} dropped")
+            cuts = kept
+        print(f"{args.corpus}/{part}: {len(cuts)} utterances with readable audio, {len(bad)} dropped")
+        if feats is not None:
+            print(f"{args.corpus}/{part}: fbank stored: {store.save(cuts, feats, args.corpus, part)}")
+        elif store is not None and part in args.fbank_parts:
+            print(f"{args.corpus}/{part}: fbank stored before: {store.cuts_path(args.corpus, part)}")
     if args.longform:
         from asrkit.data.longform import build as build_longform
 

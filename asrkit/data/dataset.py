@@ -1,4 +1,4 @@
-"""Cuts -> model batches: audio, on-the-fly fbank, CMVN, SpecAugment, tokens, padding.
+"""Cuts -> model batches: audio, fbank (on the fly or stored), CMVN, SpecAugment, tokens, padding.
 
 A batch is a dict:
   ``feats`` B x T x F (padded frames are exactly 0), ``feat_lens`` B, ``times`` B x T (seconds of
@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from asrkit.data.audio import AudioError, load_cut_audio
+from asrkit.data.feature_store import stored_fbank
 from asrkit.data.features import cmvn, fbank, num_frames, spec_augment
 from asrkit.data.manifests import DropStats
 
@@ -53,13 +54,16 @@ class AsrDataset(torch.utils.data.Dataset):
         self.epoch = epoch
 
     def featurize(self, cut, hop: Optional[float] = None) -> tuple[Tensor, Tensor]:
-        """Audio of ``cut`` -> (feats T x F, times T) at ``hop`` (default: the config hop)."""
+        """Audio of ``cut`` -> (feats T x F, times T) at ``hop`` (default: the config hop). The
+        fbank is the cut's stored one when it has asrkit's at this hop (:mod:`.feature_store`)."""
         fc = self.features
         hop = fc.hop if hop is None else hop
-        samples = load_cut_audio(cut)
-        if cut.sampling_rate != fc.sample_rate:
-            raise AudioError(f"utterance {cut.id!r}: sampling rate {cut.sampling_rate} != features.sample_rate {fc.sample_rate}")
-        feats = fbank(samples, fc.sample_rate, hop, fc.win, fc.n_mels, fc.dither)
+        feats = stored_fbank(cut, fc, hop)
+        if feats is None:
+            samples = load_cut_audio(cut)
+            if cut.sampling_rate != fc.sample_rate:
+                raise AudioError(f"utterance {cut.id!r}: sampling rate {cut.sampling_rate} != features.sample_rate {fc.sample_rate}")
+            feats = fbank(samples, fc.sample_rate, hop, fc.win, fc.n_mels, fc.dither)
         if fc.cmvn:
             feats = cmvn(feats)
         if self.specaug is not None:

@@ -6,6 +6,8 @@ dropout): every place that may draw from them runs under :func:`rng_untouched`.
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 from typing import Optional
 
 import torch
@@ -13,6 +15,9 @@ import torch
 from asrkit.data.dataset import AsrDataset, filter_cuts
 from asrkit.data.manifests import load_cuts
 from asrkit.training import TrainingError
+from asrkit.utils import RECIPE_CMD_ENV, remedy
+
+logger = logging.getLogger("asrkit.train")
 
 
 def load_train_cuts(cfg, tokenizer, where: str = "train"):
@@ -30,14 +35,54 @@ def load_train_cuts(cfg, tokenizer, where: str = "train"):
 
 
 def load_data(cfg, tokenizer):
-    """``(train cuts, their drop counts, dev cuts or None)`` of a run."""
+    """``(train cuts, their drop counts, dev cuts or None)`` of a run, with their stored features
+    when :func:`use_stored_features` says so."""
     train, stats = load_train_cuts(cfg, tokenizer, "train")
     dev = None
     if cfg.data.dev_set:
         dev, _ = load_train_cuts(cfg, tokenizer, "dev")
         if cfg.data.dev_max_utts:
             dev = dev.subset(first=cfg.data.dev_max_utts)
+    train, dev = use_stored_features(cfg, train, dev)
     return train, stats, dev
+
+
+def _store_hint(d) -> str:
+    if os.environ.get(RECIPE_CMD_ENV, "").strip():
+        return remedy("To store it once", 2, "", [("--stop_stage", "2"), ("--force", "true")])
+    parts = " ".join(d.train_sets + ([d.dev_set] if d.dev_set else []))
+    return (f"To store it once, run: asrkit cuts --corpus {d.corpus} --manifest-dir {d.manifest_dir} --parts {parts} "
+            f"--fbank-parts {parts} --fbank-dir {d.fbank_dir} --train-config CONFIG --train-args 'OVERRIDES' "
+            "(this run's config file and key=value overrides)")
+
+
+def use_stored_features(cfg, train, dev):
+    """Attach the stored fbank (:mod:`asrkit.data.feature_store`) to the training and dev cuts
+    when ``data.features`` is ``stored``, or ``auto`` and the store covers both (padded pipeline
+    only). Sets ``data.features`` to what is used (``stored`` | ``on_the_fly``): the saved config
+    says it, and a resume that would read its features from elsewhere is refused (config changed)."""
+    from asrkit.data.feature_store import FeatureStore
+
+    d = cfg.data
+    if d.features == "on_the_fly" or d.sampler == "padfree":
+        d.features = "on_the_fly"
+        return train, dev
+    store = FeatureStore.of(d.fbank_dir, cfg.features)
+    got, why = store.attach(train, d.corpus, d.train_sets)
+    if got is not None and dev is not None:
+        got_dev, why = store.attach(dev, d.corpus, d.dev_set)
+        got = got if got_dev is not None else None
+    if got is None:
+        hint = _store_hint(d)
+        if d.features == "stored":
+            raise TrainingError(f"data.features=stored: {why}. {hint}, or train with data.features=on_the_fly")
+        logger.warning("data.features=auto: the fbank is computed on the fly every epoch (%s). %s, then rerun "
+                       "training", why, hint)
+        d.features = "on_the_fly"
+        return train, dev
+    logger.info("training on the stored features of %s", store.dir)
+    d.features = "stored"
+    return got, (got_dev if dev is not None else None)
 
 
 def make_eval_sampler(cuts, max_duration: float = 200.0):
@@ -58,7 +103,19 @@ def make_loader(cfg, tokenizer, sampler, epoch: int, train: bool) -> torch.utils
     ds.set_epoch(epoch)
     nw = cfg.data.num_workers
     return torch.utils.data.DataLoader(ds, sampler=sampler, batch_size=None, num_workers=nw,
-                                       persistent_workers=False, prefetch_factor=4 if nw else None)
+                                       persistent_workers=False, prefetch_factor=4 if nw else None,
+                                       worker_init_fn=_loader_worker_init if nw else None, pin_memory=_uses_cuda(cfg))
+
+
+def _loader_worker_init(worker_id: int) -> None:
+    """A loader worker computes with one thread: the cores belong to the training step (the worker
+    only keeps a few batches ready; torch sets this too, said here so that it stays so)."""
+    torch.set_num_threads(1)
+
+
+def _uses_cuda(cfg) -> bool:
+    """Page-locked batches (``pin_memory``) when training on a GPU: their copy to the device overlaps compute."""
+    return cfg.train.device == "cuda" or (cfg.train.device == "auto" and torch.cuda.is_available())
 
 
 @contextlib.contextmanager

@@ -2,7 +2,8 @@
 # Shared ASR recipe: every egs/<corpus>/asr1/run.sh calls this with its sets and configs.
 # Stages (each calls one asrkit command; a finished stage leaves a .done marker and is skipped):
 #   1 data       corpus on disk (or synthesized, for mini) -> Lhotse manifests
-#   2 manifests  check every utterance's audio; build long-form windows
+#   2 manifests  check every utterance's audio; store the fbank of the train and dev sets
+#                (data/fbank, with --feats stored); build long-form windows
 #   3 tokens     train the tokenizer (letters / sentencepiece); with --lm_order N also a word
 #                n-gram LM on the training text (+ --lm_text files) and its TLG decoding graph
 #   4 train      train the model (resumes automatically after a crash)
@@ -22,6 +23,8 @@ test_sets=
 longform_sets=     # parts to cut into 10..45 s windows (decoded as <part>-longform<W>)
 prepare_args=      # extra args for `asrkit prepare` (given several times, all are passed)
 on_bad=raise       # stage 2, audio that does not decode: raise | skip (drop those utterances)
+feats=stored       # stored: stage 2 computes the fbank of the train and dev sets once (data/fbank), training
+                   # reads it (padded pipeline; padfree computes its own) | on_the_fly: every epoch
 manifest_dir=data/manifests
 token_type=letters # letters | bpe | unigram
 nbpe=256
@@ -40,7 +43,7 @@ num_nodes=1        # >1: multi-node through cmd.sh's backend
 nj=2
 force=false        # true: rerun stages even if their .done marker exists
 
-__asrkit_opts="stage stop_stage corpus corpus_dir train_sets dev_set test_sets longform_sets prepare_args on_bad manifest_dir token_type nbpe train_config train_args expdir tag decode_args checkpoint average_num average_by lm_order lm_text ngpu num_nodes nj force"
+__asrkit_opts="stage stop_stage corpus corpus_dir train_sets dev_set test_sets longform_sets prepare_args on_bad feats manifest_dir token_type nbpe train_config train_args expdir tag decode_args checkpoint average_num average_by lm_order lm_text ngpu num_nodes nj force"
 __asrkit_append_opts="prepare_args"
 # how to rerun this recipe from its directory, for the remedies that error messages print
 # (run.sh exports its own command line; called directly, this script's)
@@ -79,10 +82,12 @@ if run_stage 1 $markers "data"; then
     finish_stage 1 $markers
 fi
 
-if run_stage 2 $markers "manifests: audio check, long-form windows"; then
+case "$feats" in stored|on_the_fly) ;; *) echo "$0: --feats $feats: valid values are stored, on_the_fly" >&2; exit 2 ;; esac
+if run_stage 2 $markers "manifests: audio check, stored fbank, long-form windows"; then
+    fbank=(); [ "$feats" = stored ] && fbank=(--fbank-parts $train_sets $dev_set --train-config "$train_config" --train-args "$train_args")
     # shellcheck disable=SC2086
     asrkit cuts --corpus "$corpus" --manifest-dir "$manifest_dir" --parts $all_sets --num-jobs "$nj" \
-        --on-bad "$on_bad" ${longform_sets:+--longform $longform_sets}
+        --on-bad "$on_bad" ${longform_sets:+--longform $longform_sets} ${fbank[@]+"${fbank[@]}"}
     finish_stage 2 $markers
 fi
 
@@ -110,7 +115,8 @@ if run_stage 4 "$expdir/.done" "train -> $expdir"; then
     # shellcheck disable=SC2086
     "${launcher[@]}" train --config "$train_config" --exp-dir "$expdir" \
         data.corpus="$corpus" data.manifest_dir="$manifest_dir" data.train_sets="$train_sets_yaml" \
-        data.dev_set="$dev_set" tokens.kind="$token_type" tokens.path="$token_file" $train_args
+        data.dev_set="$dev_set" tokens.kind="$token_type" tokens.path="$token_file" \
+        $([ "$feats" = stored ] || echo data.features=on_the_fly) $train_args
     finish_stage 4 "$expdir/.done"
 fi
 
