@@ -117,7 +117,7 @@ def overrides(corpus: dict, dev: bool = False, **kw) -> list[str]:
         "encoder.d_model": 32, "encoder.n_heads": 2, "encoder.d_ff": 64, "encoder.n_layers": 2,
         "data.manifest_dir": str(corpus["manifests"]), "data.corpus": "fx", "data.train_sets": "[train]",
         "data.dev_set": "dev" if dev else "", "data.max_duration": 4.0, "data.num_workers": 0,
-        "data.fbank_dir": str(corpus["root"] / "fbank"),
+        "data.fbank_dir": str(Path(corpus["manifests"]).parent / "fbank"),
         "tokens.path": str(corpus["tokens"]), "train.threads": 1, "train.log_interval": 1,
         "train.ckpt_every_steps": 0, "train.max_epochs": 1, "train.device": "cpu", "train.dist_timeout_s": 60,
     }

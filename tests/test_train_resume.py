@@ -178,7 +178,8 @@ def test_grad_accumulation_and_mixed_precision(corpus, tmp_path, monkeypatch):
     assert H.run_inprocess(b, H.overrides(corpus, train__accum_grad=2, **kw), {"batches": small}) == 0
     assert H.info(a)["steps"] == H.info(b)["steps"] == 3
     assert H.max_abs_diff(H.last_params(a), H.last_params(b)) < 1e-5
-    assert _grad_norm_at_step1(a) == pytest.approx(_grad_norm_at_step1(b), rel=1e-5)
+    # equal up to the log's 3 decimals (values straddling a rounding edge differ by one quantum)
+    assert _grad_norm_at_step1(a) == pytest.approx(_grad_norm_at_step1(b), abs=1.01e-3)
 
     # fp16 + gradient scaler: the first steps overflow at the default loss scale (2^16); they are
     # skipped and counted apart from NaN/inf steps, and the scaler lowers its scale
