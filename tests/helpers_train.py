@@ -19,6 +19,9 @@ Spec keys:
   ``batches``: deterministic sampler: a list of global batches, each a list of per-rank lists of
   cut ids (``[[ids of rank 0], [ids of rank 1]]``); one process gets their concatenation.
   ``dump_params``: every rank writes its final parameters to ``EXP/params.rank<r>.pt``.
+  ``record_layers``: every rank appends to ``EXP/layers.rank<r>.jsonl``, for each training
+  forward, ``{"epoch", "batch", "ran": [indices of the encoder layers that ran]}`` (observed by
+  forward pre-hooks), so layer drop can be seen.
 """
 from __future__ import annotations
 
@@ -190,7 +193,17 @@ def hooks(spec: Optional[dict]):
                     import signal
 
                     os.kill(os.getpid(), getattr(signal, f.get("signal", "SIGTERM")))
-        loss = saved["forward"](self, batch)
+        ran: list[int] = []
+        hooks = [layer.register_forward_pre_hook(lambda mod, args, i=i: ran.append(i))
+                 for i, layer in enumerate(self.model.encoder.layers)] if spec.get("record_layers") else []
+        try:
+            loss = saved["forward"](self, batch)
+        finally:
+            for h in hooks:
+                h.remove()
+        if hooks:
+            with open(self.exp_dir / f"layers.rank{self.dist.rank}.jsonl", "a") as fh:
+                fh.write(json.dumps({"epoch": self.epoch, "batch": self.batch_in_epoch, "ran": ran}) + "\n")
         if any(f["kind"] == "nan" and matches(f, self) for f in faults):
             loss = loss * float("nan")
         return loss
