@@ -9,6 +9,7 @@ own code. :func:`wer` scores with ``jiwer`` (a reference tool), not with asrkit'
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -83,18 +84,17 @@ def overrides(corpus: dict, **kw) -> list[str]:
     return [f"{k}={v}" for k, v in o.items()]
 
 
-def train(exp: Path, config: Path, ovr: list[str]) -> int:
-    """``asrkit train`` in this process (logging and threads restored after)."""
+@contextlib.contextmanager
+def _restored_logging_and_threads():
+    """The commands reconfigure logging (``force=True``) and torch threads: put both back after."""
     import logging
 
     import torch
 
-    from asrkit.training import command
-
     root = logging.getLogger()
     handlers, level, threads = list(root.handlers), root.level, torch.get_num_threads()
     try:
-        return command.main(["--config", str(config), "--exp-dir", str(exp)] + list(ovr))
+        yield
     finally:
         for h in list(root.handlers):
             root.removeHandler(h)
@@ -103,6 +103,23 @@ def train(exp: Path, config: Path, ovr: list[str]) -> int:
             root.addHandler(h)
         root.setLevel(level)
         torch.set_num_threads(threads)
+
+
+def train(exp: Path, config: Path, ovr: list[str]) -> int:
+    """``asrkit train`` in this process."""
+    from asrkit.training import command
+
+    with _restored_logging_and_threads():
+        return command.main(["--config", str(config), "--exp-dir", str(exp)] + list(ovr))
+
+
+def decode(exp: Path, *args: str) -> list[dict]:
+    """``asrkit decode`` of the ``fixed`` part in this process (no scoring); its hypotheses."""
+    from asrkit.decode import run
+
+    with _restored_logging_and_threads():
+        assert run.main(["--exp-dir", str(exp), "--sets", "fixed", "--no-score", *args]) == 0
+    return hyps(Path(exp) / "decode_fixed")
 
 
 def decode_cmd(exp: Path, *args: str) -> list[str]:

@@ -30,13 +30,6 @@ def speech(tmp_path_factory):
     return S.speech_corpus(tmp_path_factory.mktemp("speech"))
 
 
-def _decode(exp, *args) -> list[dict]:
-    from asrkit.decode import run
-
-    assert run.main(["--exp-dir", str(exp), "--sets", "fixed", "--no-score", *args]) == 0
-    return S.hyps(exp / "decode_fixed")
-
-
 def _check(rows: list[dict], max_wer: float = MAX_WER) -> None:
     assert len(rows) == 10 and sum(len(r["ref"].split()) for r in rows) == 64
     w = S.wer(rows)
@@ -48,7 +41,7 @@ def test_ctc_transformer_overfits_speech(speech, tmp_path):
     ovr = S.overrides(speech, encoder__d_model=96, encoder__n_heads=4, encoder__d_ff=192, encoder__n_layers=3,
                       optim__lr=0.005, optim__schedule="warmup_cosine", optim__warmup_steps=20, train__max_steps=160)
     assert S.train(exp, S.CTC_CONF, ovr) == 0
-    _check(_decode(exp, "decode.method=greedy"))
+    _check(S.decode(exp, "decode.method=greedy"))
 
 
 def test_conv_lstm_attention_overfits_speech(speech, tmp_path):
@@ -59,9 +52,9 @@ def test_conv_lstm_attention_overfits_speech(speech, tmp_path):
                       decoder__options__dropout=0.0, optim__lr=0.004, optim__schedule="warmup_cosine",
                       optim__warmup_steps=20, train__max_steps=150)
     assert S.train(exp, S.ATT_CONF, ovr) == 0
-    _check(_decode(exp, "decode.method=attention", "decode.beam=4", "decode.ctc_weight=0"))
+    _check(S.decode(exp, "decode.method=attention", "decode.beam=4", "decode.ctc_weight=0"))
     # The decoder alone can memorize 10 sentences from any input-dependent summary of the audio
     # (it does so even from a frozen random encoder); the auxiliary CTC head (weight 0.3) reads
     # the encoder only, so it shows that the encoder learned too (measured: 19 % after 150 steps,
     # 100 % with the encoder output detached).
-    _check(_decode(exp, "decode.method=greedy"), max_wer=35.0)
+    _check(S.decode(exp, "decode.method=greedy"), max_wer=35.0)
