@@ -14,11 +14,15 @@ Spec keys:
   ``faults``: list of ``{"kind": nan|crash|hang|slow, "rank": r?, "epoch": e?, "batches": [b, ...]?,
   "from_batch": b?, "seconds": s?, "code": c?}``, checked before each micro-batch's forward
   (``batch`` = 1-based index of the batch in its epoch). ``nan`` makes that rank's loss NaN,
-  ``crash`` exits the process at once (``os._exit(code)``), ``hang`` sleeps for an hour, ``slow``
+  ``inf_grad`` leaves the loss as it is but makes the gradient of one element of the model's
+  first parameter inf, ``crash`` exits the process at once (``os._exit(code)``), ``hang`` sleeps for an hour, ``slow``
   sleeps ``seconds``, ``signal`` sends the process ``signal`` (default SIGTERM).
   ``batches``: deterministic sampler: a list of global batches, each a list of per-rank lists of
   cut ids (``[[ids of rank 0], [ids of rank 1]]``); one process gets their concatenation.
   ``dump_params``: every rank writes its final parameters to ``EXP/params.rank<r>.pt``.
+  ``record_layers``: every rank appends to ``EXP/layers.rank<r>.jsonl``, for each training
+  forward, ``{"epoch", "batch", "ran": [indices of the encoder layers that ran]}`` (observed by
+  forward pre-hooks), so layer drop can be seen.
 """
 from __future__ import annotations
 
@@ -175,6 +179,21 @@ def hooks(spec: Optional[dict]):
 
     from asrkit.training import loop
 
+    class InfGrad(torch.autograd.Function):
+        """0 in the forward pass (a loss plus it is unchanged: x + 0.0 == x); in the backward pass
+        an inf gradient for the first element of its input."""
+
+        @staticmethod
+        def forward(ctx, p):
+            ctx.shape = p.shape
+            return p.new_zeros(())
+
+        @staticmethod
+        def backward(ctx, g):
+            grad = g.new_zeros(ctx.shape)
+            grad.view(-1)[0] = float("inf")
+            return grad
+
     spec = spec or {}
     saved = {"forward": loop.Trainer.forward, "finish": loop.Trainer.finish, "make_sampler": loop.make_sampler}
     faults = spec.get("faults", [])
@@ -204,9 +223,21 @@ def hooks(spec: Optional[dict]):
                     import signal
 
                     os.kill(os.getpid(), getattr(signal, f.get("signal", "SIGTERM")))
-        loss = saved["forward"](self, batch)
+        ran: list[int] = []
+        hooks = [layer.register_forward_pre_hook(lambda mod, args, i=i: ran.append(i))
+                 for i, layer in enumerate(self.model.encoder.layers)] if spec.get("record_layers") else []
+        try:
+            loss = saved["forward"](self, batch)
+        finally:
+            for h in hooks:
+                h.remove()
+        if hooks:
+            with open(self.exp_dir / f"layers.rank{self.dist.rank}.jsonl", "a") as fh:
+                fh.write(json.dumps({"epoch": self.epoch, "batch": self.batch_in_epoch, "ran": ran}) + "\n")
         if any(f["kind"] == "nan" and matches(f, self) for f in faults):
             loss = loss * float("nan")
+        if any(f["kind"] == "inf_grad" and matches(f, self) for f in faults):
+            loss = loss + InfGrad.apply(next(self.model.parameters()))
         return loss
 
     def finish(self):

@@ -56,15 +56,54 @@ def test_loss_and_backward():
     assert all(p.grad is not None for p in m.parameters() if p.requires_grad)
 
 
-def test_layer_drop_is_seeded_per_step():
-    m = build_model(_cfg("encoder.layer_drop=0.5", "encoder.n_layers=6"), 30).train()
-    feats, lens, times = _batch([50])
-    outs = []
-    for _ in range(2):
-        m.encoder.set_step(123)
-        torch.manual_seed(0)
-        outs.append(m.encode(feats, lens, times).log_probs)
-    torch.testing.assert_close(outs[0], outs[1])
+def _run_layers(m, *inputs, backward: bool = False) -> list[int]:
+    """Indices of the encoder layers that ran (forward pre-hooks) in one forward (+ backward)."""
+    ran: list[int] = []
+    hooks = [layer.register_forward_pre_hook(lambda mod, args, i=i: ran.append(i)) for i, layer in enumerate(m.encoder.layers)]
+    try:
+        out = m.encode(*inputs)
+        if backward:
+            out.log_probs.logsumexp(-1).sum().backward()
+    finally:
+        for h in hooks:
+            h.remove()
+    return ran
+
+
+def test_layer_drop_drops_layers_chosen_by_the_step_seed():
+    """Observed: which layers run (hooks), how often, and which get gradients. The layers are a
+    function of the step seed only (not of the global RNG, which differs across DDP ranks)."""
+    n, p = 6, 0.5
+    m = build_model(_cfg(f"encoder.layer_drop={p}", f"encoder.n_layers={n}"), 30).train()
+    inputs = _batch([50])
+    runs = {}
+    for step in range(40):
+        m.encoder.set_step(1000 + step)
+        runs[step] = _run_layers(m, *inputs)
+        assert runs[step] == sorted(set(runs[step]))  # each layer at most once, in order
+    dropped = sum(n - len(r) for r in runs.values())
+    assert 0.35 * 40 * n < dropped < 0.65 * 40 * n, dropped  # a fraction p of the layers
+    assert len({tuple(r) for r in runs.values()}) > 20  # a new draw per step
+    for step in (3, 17):  # the same step seed after any use of the global RNG: the same layers
+        torch.manual_seed(step)
+        torch.rand(100)
+        m.encoder.set_step(1000 + step)
+        assert _run_layers(m, *inputs) == runs[step]
+    # a dropped layer takes no part in the step: no gradient; a layer that ran gets one
+    m.zero_grad(set_to_none=True)
+    m.encoder.set_step(1000 + 5)
+    ran = _run_layers(m, *inputs, backward=True)
+    assert 0 < len(ran) < n
+    for i, layer in enumerate(m.encoder.layers):
+        grads = [q.grad for q in layer.parameters()]
+        if i in ran:
+            assert all(g is not None and bool(g.abs().sum() > 0) for g in grads), i
+        else:
+            assert all(g is None for g in grads), i
+    # evaluation runs every layer, and so does training without layer drop
+    assert _run_layers(m.eval(), *inputs) == list(range(n))
+    m0 = build_model(_cfg("encoder.layer_drop=0.0", f"encoder.n_layers={n}"), 30).train()
+    assert all(_run_layers(m0, *inputs) == list(range(n)) for _ in range(5))
 
 
 def test_bf16_autocast_runs():
