@@ -87,3 +87,10 @@ def test_retired_keys_of_old_checkpoints_still_load():
     old["data"]["speed_perturb"] = [0.9, 1.1]
     with pytest.raises(ConfigError, match="'data.speed_perturb' was removed"):
         config_from_dict(old)
+
+
+def test_bucketing_needs_two_buckets():
+    """data.num_buckets=1 used to reach Lhotse's bare AssertionError; now a config error naming the key."""
+    with pytest.raises(ConfigError, match="data.num_buckets=1"):
+        load_config(None, ["data.num_buckets=1"])
+    load_config(None, ["data.num_buckets=1", "data.sampler=padfree"])  # not read by the padding-free sampler

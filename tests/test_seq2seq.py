@@ -46,7 +46,8 @@ def _lstm(D=12, **kw):
 
 
 def _transformer(D=12, **kw):
-    o = TransformerDecoderOptions(d_model=16, n_layers=2, n_heads=4, d_ff=32, dropout=0.0, layer_drop=0.0,
+    kw = {"layer_drop": 0.0, **kw}
+    o = TransformerDecoderOptions(d_model=16, n_layers=2, n_heads=4, d_ff=32, dropout=0.0,
                                   label_smoothing=0.0, rel_context=5, **kw)
     return TransformerDecoder(D, V, o)
 
@@ -343,3 +344,31 @@ def test_decode_ctc_weight_overrides_the_models_search_weight():
     assert cfg.decode.ctc_weight == -1.0 and AttentionBeam(types.SimpleNamespace(decoder=dec), cfg, None).tokens(enc) == got[0.0]
     with pytest.raises(ConfigError, match="decode.ctc_weight=1.5"):
         load_config(None, ["decode.ctc_weight=1.5"])
+
+
+def test_transformer_decoder_layer_drop_follows_the_step_seed():
+    """Like the encoder's: the layers dropped in a training step depend only on the step seed
+    (identical on every DDP rank and after a resume), not on the global RNG; eval drops none. A
+    dropped layer still runs (DDP needs its parameters in the graph) but gets zero gradients."""
+    o = TransformerDecoderOptions(d_model=16, n_layers=8, n_heads=4, d_ff=32, dropout=0.0, layer_drop=0.5,
+                                  label_smoothing=0.0, rel_context=5)
+    dec = TransformerDecoder(12, V, o)
+    enc = _enc([9, 7])
+    batch = {"targets": torch.tensor([1, 2, 3, 4]), "target_lens": torch.tensor([2, 2])}
+
+    def dropped(seed: int, rng: int) -> list[int]:
+        torch.manual_seed(rng)  # the global RNG must not matter
+        dec.train()
+        dec.zero_grad()
+        dec.set_step(seed)
+        dec.loss(enc, batch).backward()
+        return [i for i, layer in enumerate(dec.layers)
+                if all(p.grad is None or not p.grad.any() for p in layer.parameters())]
+
+    runs = {s: dropped(s, rng=s + 100) for s in range(12)}
+    assert all(dropped(s, rng=7) == runs[s] for s in range(12))  # the step seed alone decides
+    assert len({tuple(r) for r in runs.values()}) > 1 and 0 < sum(map(len, runs.values())) < 12 * 8
+    dec.eval()
+    dec.zero_grad()
+    dec.loss(enc, batch).backward()
+    assert all(p.grad is not None and p.grad.any() for p in dec.layers.parameters())

@@ -113,8 +113,7 @@ class Stepper:
 
         from asrkit.data.dataset import stable_seed
 
-        if hasattr(self.model.encoder, "set_step"):
-            self.model.encoder.set_step(stable_seed(self.cfg.train.seed, "layer_drop", self.step_no, 1))
+        self.model.set_step(stable_seed(self.cfg.train.seed, "layer_drop", self.step_no, 1))
         with torch.autocast(self.device.type, dtype=self.amp, enabled=self.amp is not None):
             out = self.model(batch)
         return out["loss"].float() * out["n_utts"], out["n_utts"]

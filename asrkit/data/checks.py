@@ -32,5 +32,7 @@ def validate_data_config(cfg) -> None:
         raise ConfigError(f"features.n_mels={f.n_mels} and features.sample_rate={f.sample_rate} must be >= 1")
     if d.max_duration <= 0:
         raise ConfigError(f"data.max_duration={d.max_duration} must be > 0 (seconds of audio per batch)")
+    if d.sampler == "bucketing" and d.num_buckets < 2:
+        raise ConfigError(f"data.num_buckets={d.num_buckets}: the bucketing sampler needs at least 2 buckets")
     if d.num_workers < 0:
         raise ConfigError(f"data.num_workers={d.num_workers} must be >= 0")

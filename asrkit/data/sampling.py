@@ -19,15 +19,16 @@ def make_sampler(cuts, data_cfg, train: bool, seed: int = 0, world_size: int = 1
         return PadFreeSampler(cuts, max_duration=data_cfg.max_duration, seed=seed, world_size=world_size, rank=rank)
     from lhotse.dataset import DynamicBucketingSampler, SimpleCutSampler
 
-    if not train:
-        return SimpleCutSampler(cuts, max_duration=data_cfg.max_duration, shuffle=False, world_size=world_size, rank=rank)
+    if not train or len(cuts) < 2:  # (Lhotse's bucketing needs 2 buckets, so 2 utterances)
+        return SimpleCutSampler(cuts, max_duration=data_cfg.max_duration, shuffle=train, seed=seed,
+                                world_size=world_size, rank=rank)
     import warnings
 
     with warnings.catch_warnings():
         # the cuts are in memory on purpose (filtered, counted); Lhotse warns about eager CutSets
         warnings.filterwarnings("ignore", message=".*eagerly read CutSet.*")
         return DynamicBucketingSampler(
-            cuts, max_duration=data_cfg.max_duration, num_buckets=max(1, min(data_cfg.num_buckets, len(cuts))), shuffle=True,
+            cuts, max_duration=data_cfg.max_duration, num_buckets=max(2, min(data_cfg.num_buckets, len(cuts))), shuffle=True,
             drop_last=False, seed=seed, world_size=world_size, rank=rank, buffer_size=max(10000, len(cuts)),
         )
 

@@ -39,6 +39,13 @@ class AsrModel(nn.Module):
         self.ctc_weight = ctc_weight if decoder is not None else 1.0
         self.vocab_size = vocab_size
 
+    def set_step(self, seed: int) -> None:
+        """Seed this training step's random structure (layer drop) in the encoder and decoder, so
+        every DDP rank, and a resumed run, draws the same."""
+        for part in (self.encoder, self.decoder):
+            if hasattr(part, "set_step"):
+                part.set_step(seed)
+
     def encode(self, feats: Tensor, lengths: Tensor, times: Tensor) -> EncoderOutput:
         h, lens, mask, t = self.encoder(feats, lengths, times)
         log_probs = F.log_softmax(self.ctc_head(h).float(), dim=-1)

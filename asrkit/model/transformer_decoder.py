@@ -4,8 +4,9 @@ cross-attention to the encoder output, feed-forward), 6 x 256 dims with 4 heads 
 Positions: ``relpos`` (default, as in C.5) is a learnable bias per layer and head for every lag
 0..``rel_context`` between a token and the earlier tokens it attends to (left-only context; longer
 lags share the last bias); ``sinpos`` adds the sinusoidal embedding of the token index instead.
-Layer drop (training only) skips whole layers; a skipped layer's parameters still get (zero)
-gradients, so DDP needs no ``find_unused_parameters`` for the decoder.
+Layer drop (training only) skips whole layers, drawn from a generator seeded per training step
+(:meth:`TransformerDecoder.set_step`, like the encoder's); a skipped layer's parameters still get
+(zero) gradients, so DDP needs no ``find_unused_parameters`` for the decoder.
 
 Decoding is incremental: every layer caches the keys and values of the tokens so far, so a step
 computes only the new token (exactly what the full causal computation gives for it).
@@ -119,6 +120,13 @@ class TransformerDecoder(Seq2SeqDecoder):
         self.ln_f = nn.LayerNorm(d)
         self.out = nn.Linear(d, vocab_size)
         self.drop = nn.Dropout(o.dropout)
+        self._drop_gen = torch.Generator()
+        self._drop_gen.manual_seed(0)
+
+    def set_step(self, seed: int) -> None:
+        """Seed the layer-drop draw for this training step (the same layers on every rank, and in a
+        resumed run, as the encoder's)."""
+        self._drop_gen.manual_seed(int(seed))
 
     def init_static(self, enc) -> dict:
         mem = self.mem_proj(enc.hidden)
@@ -140,7 +148,7 @@ class TransformerDecoder(Seq2SeqDecoder):
         new_past = []
         drop = None
         if self.training and self.opts.layer_drop > 0:
-            drop = (torch.rand(len(self.layers)) < self.opts.layer_drop).tolist()
+            drop = (torch.rand(len(self.layers), generator=self._drop_gen) < self.opts.layer_drop).tolist()
         for i, layer in enumerate(self.layers):
             y, kv, scores, w = layer(x, past[i], static["kv"][i], static["bias"], K)
             x = x if (drop is not None and drop[i]) else y

@@ -195,8 +195,7 @@ class Trainer:
         if real:
             self._spare = batch
         local = to_device(batch if real else (self._spare or stand_in_batch(self.cfg)), self.device)
-        if hasattr(self.model.encoder, "set_step"):  # same layers dropped on every rank
-            self.model.encoder.set_step(stable_seed(self.seed, "layer_drop", self.step, micro))
+        self.model.set_step(stable_seed(self.seed, "layer_drop", self.step, micro))  # same layers dropped on every rank
         no_sync = self.dist.distributed and not sync
         with self.ddp_model.no_sync() if no_sync else contextlib.nullcontext():
             loss_sum = self.forward(local)
