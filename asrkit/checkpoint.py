@@ -56,7 +56,7 @@ def save_checkpoint(exp_dir: Path | str, name: str, state: dict, keep_last: int 
     d.mkdir(parents=True, exist_ok=True)
     path = d / f"{name}.pt"
     with atomic_path(path) as tmp:
-        torch.save(state, tmp)
+        _torch_save(state, tmp)
     index = _full_index(d, skip=path.name)
     entry = {"step": state.get("step"), "epoch": state.get("epoch"), "batch_in_epoch": state.get("batch_in_epoch"),
              "progress": progress_of(state), "time": round(time.time(), 3)}
@@ -71,6 +71,44 @@ def save_checkpoint(exp_dir: Path | str, name: str, state: dict, keep_last: int 
         (d / n).unlink(missing_ok=True)
     logger.info("saved checkpoint %s%s", path, f" (removed {', '.join(drop)})" if drop else "")
     return path
+
+
+class _WriteRecorder:
+    """A file wrapper that remembers the ``OSError`` of a failed write (torch.save turns it into
+    ``RuntimeError: [enforce fail at inline_container.cc] unexpected pos``, naming neither the
+    reason nor the file)."""
+
+    def __init__(self, f):
+        self.f, self.error = f, None
+
+    def write(self, data) -> int:
+        try:
+            return self.f.write(data)
+        except OSError as e:
+            self.error = e
+            raise
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+def _torch_save(state: dict, path: Path) -> None:
+    """``torch.save(state, path)``; a failed write raises its ``OSError`` (``No space left on
+    device``, a quota, an I/O error) naming ``path``."""
+    err = None
+    try:
+        with open(path, "wb") as f:
+            w = _WriteRecorder(f)
+            try:
+                torch.save(state, w)
+            except RuntimeError:
+                if w.error is None:
+                    raise
+                err = w.error
+    except OSError as e:  # the last buffered bytes, written when the file is closed
+        err = err or e
+    if err is not None:
+        raise OSError(err.errno, err.strerror or str(err), str(path)) from None
 
 
 def _num(name: str) -> int:

@@ -183,6 +183,7 @@ def hooks(spec: Optional[dict]):
                     logging.shutdown()
                     os._exit(f.get("code", 7))
                 if f["kind"] == "hang":
+                    logging.getLogger("test").error("injected hang on rank %d", self.dist.rank)
                     time.sleep(3600)
                 if f["kind"] == "slow":
                     time.sleep(f.get("seconds", 0.2))

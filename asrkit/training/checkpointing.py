@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Optional
@@ -25,6 +26,14 @@ from asrkit.training.state import resume_problems, set_rng_state
 from asrkit.utils import atomic_write
 
 logger = logging.getLogger("asrkit.train")
+
+
+def _free_space(d: Path) -> str:
+    try:
+        st = os.statvfs(d)
+    except OSError:
+        return ""
+    return f" ({st.f_bavail * st.f_frsize / 2**20:.1f} MB free on that file system)"
 
 
 class Checkpointer:
@@ -102,12 +111,12 @@ class Checkpointer:
             try:
                 save_checkpoint(t.exp_dir, name, self.state_dict(rngs), t.cfg.train.keep_last, info)
             except OSError as e:
-                err = f"{type(e).__name__}: {e}"
+                err = f"{e.strerror or e}{_free_space(checkpoint_dir(t.exp_dir))}"
         err = broadcast_object(err)
         path = checkpoint_dir(t.exp_dir) / f"{name}.pt"
         if err is not None:
             kept = ", ".join(p.name for p in list_checkpoints(t.exp_dir)) or "none"
-            raise TrainingError(f"cannot write checkpoint {path} ({err}). The previous checkpoints are intact "
+            raise TrainingError(f"cannot write checkpoint {path}: {err}. The previous checkpoints are intact "
                                 f"({kept}); free space and rerun to resume from the newest.")
         self.saved_at = t.progress()
         self.wall += time.time() - t0
@@ -134,6 +143,7 @@ class Checkpointer:
                 "threads": torch.get_num_threads(), "stopped_by": t.stop or "train.max_epochs reached"}
         with atomic_write(t.exp_dir / "train_info.json") as f:
             json.dump(info, f, indent=1)
-        logger.info("training done: %d steps, %.0f audio-seconds in %.0f s (%.1f audio-s/s, %d bad steps, "
-                    "%d unreadable utterances skipped)", t.step, c["audio_seconds"], c["train_wall"],
+        logger.info("training %s: %d steps, %.0f audio-seconds in %.0f s (%.1f audio-s/s, %d bad steps, "
+                    "%d unreadable utterances skipped)", "stopped" if (t.stop or "").startswith("signal") else "done",
+                    t.step, c["audio_seconds"], c["train_wall"],
                     info["audio_sec_per_sec"], c["bad_steps"], c["bad_audio"])

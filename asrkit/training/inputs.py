@@ -13,6 +13,7 @@ import torch
 from asrkit.data.dataset import AsrDataset, filter_cuts
 from asrkit.data.manifests import load_cuts
 from asrkit.training import TrainingError
+from asrkit.training.signals import worker_ignores_stop_signals
 
 
 def load_train_cuts(cfg, tokenizer, where: str = "train"):
@@ -57,8 +58,10 @@ def make_loader(cfg, tokenizer, sampler, epoch: int, train: bool) -> torch.utils
         ds = AsrDataset(*args, seed=cfg.train.seed)
     ds.set_epoch(epoch)
     nw = cfg.data.num_workers
+    # workers leave stop signals to the main process (asrkit.training.signals)
     return torch.utils.data.DataLoader(ds, sampler=sampler, batch_size=None, num_workers=nw,
-                                       persistent_workers=False, prefetch_factor=4 if nw else None)
+                                       persistent_workers=False, prefetch_factor=4 if nw else None,
+                                       worker_init_fn=worker_ignores_stop_signals if nw else None)
 
 
 @contextlib.contextmanager

@@ -25,13 +25,13 @@ from asrkit.data.sampling import ResumableSampler, make_sampler
 from asrkit.model import build_model
 from asrkit.model.asr import NoFramesError
 from asrkit.tokenizer import load_tokenizer
-from asrkit.training import TrainingError
 from asrkit.training.bad_steps import BadSteps
 from asrkit.training.checkpointing import Checkpointer
-from asrkit.training.distributed import DistInfo, all_reduce_sum, broadcast_object, check_same, digest
+from asrkit.training.distributed import ACTIVITY, DistInfo, all_reduce_sum, broadcast_object, check_same, digest
 from asrkit.training.inputs import load_data, make_loader, n_utts, rng_untouched, stand_in_batch, to_device
 from asrkit.training.monitor import Monitor
 from asrkit.training.optim import AMP_DTYPES, make_optimizer, make_scheduler, update_ema
+from asrkit.training.signals import Interrupted, stop_signals_deferred
 from asrkit.training.state import data_fingerprint, rng_state, seed_all
 from asrkit.training.sync import StepVote
 from asrkit.training.validation import validate
@@ -115,8 +115,8 @@ class Trainer:
             logger.info("stopping: %s", self.stop)
         self.finish()
         if self.stop and self.stop.startswith("signal"):
-            raise TrainingError(f"training interrupted by {self.stop[7:]} at step {self.step}; checkpoint saved, "
-                                "rerun the same command to resume")
+            raise Interrupted(f"training interrupted by {self.stop[7:]} at step {self.step}; checkpoint saved, "
+                              "rerun the same command to resume")
 
     def train_epoch(self, sampler) -> None:
         """One epoch (or its rest, when resuming). Before each batch the ranks agree (one small
@@ -126,8 +126,8 @@ class Trainer:
 
         accum = self.cfg.train.accum_grad
         loader = make_loader(self.cfg, self.tokenizer, sampler, self.epoch, train=True)
-        with rng_untouched(stable_seed(self.seed, "loader", self.epoch, self.dist.rank)):
-            it = iter(loader)
+        with rng_untouched(stable_seed(self.seed, "loader", self.epoch, self.dist.rank)), stop_signals_deferred():
+            it = iter(loader)  # workers forked with stop signals blocked (asrkit.training.signals)
         fetched = self.batch_in_epoch
 
         def fetch() -> Optional[dict]:
@@ -146,6 +146,7 @@ class Trainer:
             while True:
                 nxt = fetch() if cur is not None else None
                 at_boundary = micro == 0
+                ACTIVITY.position = f"epoch {self.epoch} batch {self.batch_in_epoch + 1}"
                 vote = StepVote.of(cur, nxt, at_boundary and self._time_up(),
                                    at_boundary and self.signalled is not None).all_reduce(self.device)
                 if vote.missing > 0:  # some rank has no batch at all (only possible at the start of an epoch)
@@ -279,6 +280,7 @@ class Trainer:
             self.stop = "train.max_steps reached"
 
     def validate(self) -> dict:
+        ACTIVITY.position = f"validation after epoch {self.epoch}"
         model = self.ema_model if self.ema_model is not None else self.model
         info, res = validate(model, self.dev_cuts, self.cfg, self.tokenizer, self.dist, self.device, self.seed,
                              self.amp_dtype)

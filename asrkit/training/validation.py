@@ -14,6 +14,7 @@ from asrkit.decode.ctc import ctc_greedy
 from asrkit.scoring import score_pairs
 from asrkit.training.distributed import DistInfo, all_gather_object
 from asrkit.training.inputs import make_eval_sampler, make_loader, rng_untouched, to_device
+from asrkit.training.signals import stop_signals_deferred
 
 logger = logging.getLogger("asrkit.train")
 
@@ -32,7 +33,7 @@ def validate(model: torch.nn.Module, dev_cuts, cfg, tokenizer, dist_info: DistIn
         model.eval()
         loader = make_loader(cfg, tokenizer, make_eval_sampler(CutSet.from_cuts(mine), cfg.data.max_duration),
                              epoch=0, train=False)
-        with rng_untouched(stable_seed(seed, "dev", dist_info.rank)):
+        with rng_untouched(stable_seed(seed, "dev", dist_info.rank)), stop_signals_deferred():
             it = iter(loader)
         for batch in it:
             if not batch["ids"]:
