@@ -47,6 +47,19 @@ __asrkit_append_opts="prepare_args"
 export ASRKIT_RECIPE_CMD=${ASRKIT_RECIPE_CMD:-$(printf '%q ' "$0" "$@")}
 . "$(dirname "${BASH_SOURCE[0]}")/utils/parse_options.sh"
 [ $# -eq 0 ] || { echo "$0: unexpected argument(s): $*" >&2; exit 2; }
+# option values are checked before any work: a typo must neither run nothing nor half a stage
+for v in stage stop_stage nbpe average_num lm_order ngpu num_nodes nj; do
+    [[ "${!v}" =~ ^[0-9]+$ ]] || { echo "$0: --${v} must be a whole number >= 0, got '${!v}'" >&2; exit 2; }
+    printf -v "$v" '%d' "$((10#${!v}))"  # 08 is 8, not an octal error later
+done
+for v in num_nodes nj nbpe; do
+    [ "${!v}" -ge 1 ] || { echo "$0: --${v} must be >= 1, got ${!v}" >&2; exit 2; }
+done
+[ "$stage" -le "$stop_stage" ] || { echo "$0: --stage $stage is after --stop_stage $stop_stage: nothing to run" >&2; exit 2; }
+for v in "token_type letters bpe unigram" "average_by last best" "on_bad raise skip" "force true false"; do
+    read -r name valid <<< "$v"
+    [[ " $valid " == *" ${!name} "* ]] || { echo "$0: --${name} must be one of: $valid; got '${!name}'" >&2; exit 2; }
+done
 
 for v in corpus corpus_dir train_sets test_sets train_config; do
     [ -n "${!v}" ] || { echo "$0: --${v} is required" >&2; exit 2; }
@@ -107,10 +120,24 @@ if run_stage 4 "$expdir/.done" "train -> $expdir"; then
     . "$(dirname "${BASH_SOURCE[0]}")/cmd_backends.sh"
     train_launcher "$ngpu" "$num_nodes" || exit 2
     log "launcher: ${launcher[*]}"
+    : > "$expdir/.train_started"
+    rc=0
+    # a stop signal is for training (which saves and exits 75); this script waits for it, then says so
+    trap 'log "stage 4: signal received: training stops at its next step with a checkpoint"' TERM INT USR1
     # shellcheck disable=SC2086
     "${launcher[@]}" train --config "$train_config" --exp-dir "$expdir" \
         data.corpus="$corpus" data.manifest_dir="$manifest_dir" data.train_sets="$train_sets_yaml" \
-        data.dev_set="$dev_set" tokens.kind="$token_type" tokens.path="$token_file" $train_args
+        data.dev_set="$dev_set" tokens.kind="$token_type" tokens.path="$token_file" $train_args || rc=$?
+    trap - TERM INT USR1
+    if [ "$rc" -ne 0 ]; then
+        # stopped by a signal (time limit, preemption, Ctrl-C) with a checkpoint: resumable
+        if train_interrupted "$expdir" "$rc"; then
+            log "stage 4: training stopped by a signal with a checkpoint; rerun the same command to resume"
+            train_requeue
+            exit 75
+        fi
+        exit "$rc"
+    fi
     finish_stage 4 "$expdir/.done"
 fi
 
