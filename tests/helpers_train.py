@@ -14,8 +14,9 @@ Spec keys:
   ``faults``: list of ``{"kind": nan|crash|hang|slow, "rank": r?, "epoch": e?, "batches": [b, ...]?,
   "from_batch": b?, "seconds": s?, "code": c?}``, checked before each micro-batch's forward
   (``batch`` = 1-based index of the batch in its epoch). ``nan`` makes that rank's loss NaN,
-  ``crash`` exits the process at once (``os._exit(code)``), ``hang`` sleeps for an hour, ``slow``
-  sleeps ``seconds``, ``signal`` sends the process ``signal`` (default SIGTERM).
+  ``nan_feats`` (with ``"utt": id``) makes that utterance's features NaN, ``crash`` exits the
+  process at once (``os._exit(code)``), ``hang`` sleeps for an hour, ``slow`` sleeps
+  ``seconds``, ``signal`` sends the process ``signal`` (default SIGTERM).
   ``batches``: deterministic sampler: a list of global batches, each a list of per-rank lists of
   cut ids (``[[ids of rank 0], [ids of rank 1]]``); one process gets their concatenation.
   ``dump_params``: every rank writes its final parameters to ``EXP/params.rank<r>.pt``.
@@ -191,6 +192,9 @@ def hooks(spec: Optional[dict]):
                     import signal
 
                     os.kill(os.getpid(), getattr(signal, f.get("signal", "SIGTERM")))
+        for f in faults:  # NaN features of one utterance (a real non-finite loss, of that utterance alone)
+            if f["kind"] == "nan_feats" and matches(f, self) and f["utt"] in batch["ids"]:
+                batch["feats"][batch["ids"].index(f["utt"])] = float("nan")
         loss = saved["forward"](self, batch)
         if any(f["kind"] == "nan" and matches(f, self) for f in faults):
             loss = loss * float("nan")

@@ -25,7 +25,7 @@ from asrkit.data.sampling import ResumableSampler, make_sampler
 from asrkit.model import build_model
 from asrkit.model.asr import NoFramesError
 from asrkit.tokenizer import load_tokenizer
-from asrkit.training.bad_steps import BadSteps
+from asrkit.training.bad_steps import BadSteps, nonfinite_utterances
 from asrkit.training.checkpointing import Checkpointer
 from asrkit.training.distributed import ACTIVITY, DistInfo, all_reduce_sum, broadcast_object, check_same, digest
 from asrkit.training.inputs import load_data, make_loader, n_utts, rng_untouched, stand_in_batch, to_device
@@ -83,6 +83,8 @@ class Trainer:
         self._spare: Optional[dict] = None  # last non-empty batch of this rank (stand-in for an empty one)
         self.bad = BadSteps(cfg.train.max_bad_steps)
         self._last_grad_norm = 0.0
+        self._culprits: Optional[list] = None  # utterances of the last forward with a non-finite loss
+        self._own_bad = False  # this rank's loss of the last micro-batch was not finite
         self._cycle_loss = [0.0, 0]  # loss sum, utterances of the current accumulation cycle (all ranks)
 
     # ------------------------------------------------------------------ the loop
@@ -173,7 +175,7 @@ class Trainer:
                                    "(unreadable audio); nothing to train on", self.epoch, self.batch_in_epoch)
                 else:
                     self.bad_step(f"non-finite loss at epoch {self.epoch} batch {self.batch_in_epoch} "
-                                  f"(utterances of this rank: {','.join(cur['ids'][:5]) or '-'})")
+                                  f"({self._bad_loss_where(cur)})")
                 if micro == accum or vote.last > 0:
                     stepped = self.optimizer_step(n_good)
                     micro = n_good = 0
@@ -203,6 +205,7 @@ class Trainer:
             loss_sum = self.forward(local)
             if not real:
                 loss_sum = loss_sum * 0.0  # a stand-in: runs the collectives, contributes nothing
+            self._own_bad = real and not bool(torch.isfinite(loss_sum))
             bad, glob = all_reduce_sum([0.0 if bool(torch.isfinite(loss_sum)) else 1.0, float(loss_sum.detach())],
                                        self.device)
             if bad > 0:
@@ -221,7 +224,10 @@ class Trainer:
                 out = self.ddp_model(batch)
             except NoFramesError as e:
                 raise e.naming(batch["ids"]) from None
-        return out["loss"].float() * out["n_utts"]
+        loss = out["loss"].float() * out["n_utts"]
+        # which utterances made it non-finite (only then: costs nothing on good steps)
+        self._culprits = None if bool(torch.isfinite(loss)) else nonfinite_utterances(out, batch)
+        return loss
 
     def optimizer_step(self, n_good: int) -> bool:
         """Optimizer step at the end of an accumulation cycle; True if parameters were updated."""
@@ -310,6 +316,15 @@ class Trainer:
             self.boundary = self.bad.before  # no optimizer step since then: model and optimizer are that state's
             path = self.ckpt.save(f"step-{self.step:08d}", {"stopped": f"{self.bad.in_a_row} consecutive non-finite steps"})
             raise self.bad.error(path, self.step, self.epoch, self.batch_in_epoch)
+
+    def _bad_loss_where(self, batch: Optional[dict]) -> str:
+        """Which utterances a non-finite loss came from, as far as this rank can tell."""
+        if not self._own_bad:
+            return "on another rank; this rank's utterances are fine"
+        ids = batch["ids"] if batch else []
+        if self._culprits:
+            return f"utterance(s) with a non-finite loss: {', '.join(self._culprits)}; of {len(ids)} in this rank's batch"
+        return f"not from single utterances; this rank's batch: {', '.join(ids) or '-'}"
 
     def _unequal(self, n_out: float, mine_left: bool) -> None:
         """The epoch ends because ``n_out`` ranks have no more batches; if others still had some,
