@@ -163,6 +163,45 @@ def test_sigterm_to_torchrun_job_saves_on_every_rank(corpus, tmp_path):
     assert codes == [0, 0] and "resumed from" in _log(exp)
 
 
+_WORKER_SCRIPT = """
+import sys, time, torch
+from asrkit.training.signals import stop_signals_deferred, worker_ignores_stop_signals
+class DS(torch.utils.data.Dataset):
+    def __len__(self): return 10000
+    def __getitem__(self, i): time.sleep(0.005); return i
+dl = torch.utils.data.DataLoader(DS(), num_workers=1, worker_init_fn=worker_ignores_stop_signals)
+with stop_signals_deferred():
+    it = iter(dl)
+next(it)
+print(it._workers[0].pid, flush=True)
+sys.stdin.readline()   # the test signals the worker meanwhile
+print(int(next(it)), flush=True)
+sys.exit(0)            # the iterator is never closed: multiprocessing ends the worker at exit
+"""
+
+
+def test_loader_worker_ignores_stop_signals_but_not_its_parent():
+    """A DataLoader worker survives SIGTERM, SIGINT and SIGUSR1 from anyone but its parent (they
+    are for the trainer), yet ends when its parent ends it (multiprocessing's clean-up at exit)."""
+    p = subprocess.Popen([H.PY, "-c", _WORKER_SCRIPT], env=H.env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        worker = int(p.stdout.readline())
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+            os.kill(worker, sig)
+        time.sleep(0.5)
+        assert H.alive(worker)
+        p.stdin.write("go\n")
+        p.stdin.flush()
+        assert int(p.stdout.readline()) >= 1  # the loader still works
+        p.wait(20)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, p.stderr.read()[-2000:]
+    _wait_for(lambda: not H.alive(worker), 10, "the worker to end with its parent")
+
+
 # ----------------------------------------------------------------------------- a full disk
 def _mount_namespace() -> list[str] | None:
     """A command prefix that runs a command in a private mount namespace where it may mount a

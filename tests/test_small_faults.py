@@ -5,7 +5,9 @@
 * a stage killed during an atomic write leaves a temporary manifest: the next write in that
   directory removes it (and only the temporaries of writers that are gone);
 * a NaN loss from one utterance of a batch of many names that utterance;
-* decoding a set that has no manifest: a one-line error naming it, before any decoding.
+* decoding a set that has no manifest: a one-line error naming it, before any decoding;
+* (point 8) unreadable audio with ``data.on_bad_audio=raise`` met by a DataLoader worker: the
+  error line names the utterance and the file, not "Caught AudioError in DataLoader worker".
 """
 from __future__ import annotations
 
@@ -127,3 +129,21 @@ def test_decoding_a_set_without_manifest_is_one_line(corpus, tmp_path, capsys):
     assert (f"asrkit decode: error: set 'tset' has no cuts manifest {corpus['manifests']}/fx_cuts_tset.jsonl.gz "
             "(sets with one there: dev, train)") in err
     assert not (exp / "decode_dev").exists()  # nothing decoded
+
+
+@pytest.mark.parametrize("part", ["train", "dev"])
+def test_unreadable_audio_in_a_loader_worker_is_one_line(corpus, tmp_path, part):
+    uid = (H.train_ids(corpus) if part == "train" else ["dev-001"])[3 if part == "train" else 0]
+    saved = H.corrupt_audio(corpus, [uid], part=part)
+    try:
+        exp = tmp_path / "exp"
+        ovr = H.overrides(corpus, dev=True, data__num_workers=1, data__on_bad_audio="raise")
+        assert H.run_inprocess(exp, ovr) == 1
+    finally:
+        H.restore_audio(saved)
+    errors = [ln for ln in _log(exp).splitlines() if " ERROR " in ln]
+    assert len(errors) == 1, errors
+    line = errors[0]
+    where = "validation: " if part == "dev" else ""
+    assert f"rank 0/1: {where}cannot load audio of utterance '{uid}' from " in line and f"{uid}.flac" in line, line
+    assert "data.on_bad_audio=skip" in line and "Caught" not in line and "DataLoader worker" not in line

@@ -17,6 +17,7 @@ import hashlib
 import logging
 import os
 import pickle
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -174,10 +175,26 @@ def check_same(what: str, value: Any) -> None:
                                "on the same files (shared file system, same config and manifests)")
 
 
+def original_error(exc: BaseException) -> str:
+    """``exc``'s message; for an exception a DataLoader worker raised, the worker's own message:
+    torch re-raises it in the main process as "Caught X in DataLoader worker process N." followed
+    by the worker's traceback, which ends with ``module.X: message``."""
+    text = str(exc)
+    if "in DataLoader worker process" not in text:
+        return text
+    lines = text.rstrip().splitlines()
+    name = type(exc).__name__
+    for i in range(len(lines) - 1, 0, -1):
+        m = re.match(rf"^(?:[\w.]+\.)?{re.escape(name)}: (.*)$", lines[i])
+        if m:
+            return " ".join([m.group(1)] + [ln.strip() for ln in lines[i + 1:]])
+    return lines[-1]
+
+
 def describe_failure(info: DistInfo, exc: BaseException, explain: Optional[Callable[[], str]] = None) -> str:
     """A one-line message for an exception that ended this rank. A failed collective says so and,
     with ``explain`` (:meth:`asrkit.training.watchdog.Watchdog.explain`), which ranks did not arrive."""
-    text = f"{type(exc).__name__}: {exc}".strip()
+    text = f"{type(exc).__name__}: {original_error(exc)}".strip()
     low = text.lower()
     first = text.splitlines()[0][:500] if text else type(exc).__name__
     if info.distributed and any(k in low for k in ("timed out", "timeout", "connection closed", "connection reset",

@@ -13,6 +13,7 @@ import torch
 from asrkit.data.dataset import AsrDataset, filter_cuts
 from asrkit.data.manifests import load_cuts
 from asrkit.training import TrainingError
+from asrkit.training.distributed import original_error
 from asrkit.training.signals import worker_ignores_stop_signals
 
 
@@ -62,6 +63,13 @@ def make_loader(cfg, tokenizer, sampler, epoch: int, train: bool) -> torch.utils
     return torch.utils.data.DataLoader(ds, sampler=sampler, batch_size=None, num_workers=nw,
                                        persistent_workers=False, prefetch_factor=4 if nw else None,
                                        worker_init_fn=worker_ignores_stop_signals if nw else None)
+
+
+def bad_audio_message(e: BaseException) -> str:
+    """One line for unreadable audio met with ``data.on_bad_audio=raise``: the utterance and file
+    (also when a DataLoader worker met it) and what to do."""
+    return (f"{original_error(e)}. Fix or remove that file, or set data.on_bad_audio=skip to skip such "
+            "utterances (counted in train_info.json)")
 
 
 @contextlib.contextmanager

@@ -20,15 +20,17 @@ from typing import Optional
 
 import torch
 
+from asrkit.data.audio import AudioError
 from asrkit.data.dataset import stable_seed
 from asrkit.data.sampling import ResumableSampler, make_sampler
 from asrkit.model import build_model
 from asrkit.model.asr import NoFramesError
 from asrkit.tokenizer import load_tokenizer
+from asrkit.training import TrainingError
 from asrkit.training.bad_steps import BadSteps, nonfinite_utterances
 from asrkit.training.checkpointing import Checkpointer
 from asrkit.training.distributed import ACTIVITY, DistInfo, all_reduce_sum, broadcast_object, check_same, digest
-from asrkit.training.inputs import load_data, make_loader, n_utts, rng_untouched, stand_in_batch, to_device
+from asrkit.training.inputs import bad_audio_message, load_data, make_loader, n_utts, rng_untouched, stand_in_batch, to_device
 from asrkit.training.monitor import Monitor
 from asrkit.training.optim import AMP_DTYPES, make_optimizer, make_scheduler, update_ema
 from asrkit.training.signals import Interrupted, stop_signals_deferred
@@ -138,7 +140,10 @@ class Trainer:
             nonlocal fetched
             fetched += 1
             with rng_untouched(stable_seed(self.seed, "batch", self.epoch, fetched, self.dist.rank)):
-                return next(it, None)
+                try:
+                    return next(it, None)
+                except AudioError as e:  # data.on_bad_audio=raise (else the dataset skips it)
+                    raise TrainingError(bad_audio_message(e)) from None
 
         self.ddp_model.train()
         bar = tqdm(desc=f"epoch {self.epoch}", initial=self.batch_in_epoch, disable=not self.dist.is_main,

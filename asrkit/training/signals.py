@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import threading
 from typing import Callable, Iterator
@@ -86,7 +87,24 @@ def stop_signals_deferred() -> Iterator[None]:
 def worker_ignores_stop_signals(worker_id: int = 0) -> None:
     """``worker_init_fn`` of the DataLoaders: a stop signal is for the main process (which stops
     at a step boundary and then ends the workers), not for a worker (whose death would crash the
-    main process before it can save)."""
+    main process before it can save). SIGINT and SIGUSR1 are ignored; SIGTERM is ignored unless
+    it comes from the worker's parent (``multiprocessing`` ends a worker that way when the main
+    process exits), which a thread tells apart with ``sigwaitinfo``."""
     for s in STOP_SIGNALS:
-        signal.signal(s, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        if s != signal.SIGTERM:
+            signal.signal(s, signal.SIG_IGN)
+    if not hasattr(signal, "sigwaitinfo"):  # not Linux: plain ignore
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])  # in every thread (started later: inherited)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [s for s in STOP_SIGNALS if s != signal.SIGTERM])
+    parent = os.getppid()
+
+    def wait_for_sigterm() -> None:
+        while True:
+            info = signal.sigwaitinfo([signal.SIGTERM])
+            if info.si_pid == parent:
+                os._exit(0)
+
+    threading.Thread(target=wait_for_sigterm, name="asrkit-worker-sigterm", daemon=True).start()

@@ -9,11 +9,13 @@ import logging
 
 import torch
 
+from asrkit.data.audio import AudioError
 from asrkit.data.dataset import stable_seed
 from asrkit.decode.ctc import ctc_greedy
 from asrkit.scoring import score_pairs
+from asrkit.training import TrainingError
 from asrkit.training.distributed import DistInfo, all_gather_object
-from asrkit.training.inputs import make_eval_sampler, make_loader, rng_untouched, to_device
+from asrkit.training.inputs import bad_audio_message, make_eval_sampler, make_loader, rng_untouched, to_device
 from asrkit.training.signals import stop_signals_deferred
 
 logger = logging.getLogger("asrkit.train")
@@ -35,7 +37,13 @@ def validate(model: torch.nn.Module, dev_cuts, cfg, tokenizer, dist_info: DistIn
                              epoch=0, train=False)
         with rng_untouched(stable_seed(seed, "dev", dist_info.rank)), stop_signals_deferred():
             it = iter(loader)
-        for batch in it:
+        while True:
+            try:
+                batch = next(it, None)
+            except AudioError as e:  # data.on_bad_audio=raise
+                raise TrainingError(f"validation: {bad_audio_message(e)}") from None
+            if batch is None:
+                break
             if not batch["ids"]:
                 continue
             batch = to_device(batch, device)
