@@ -1,4 +1,4 @@
-"""Small shared helpers: atomic file writes, logging set-up, remedies printed by errors."""
+"""Small shared helpers: atomic file writes, logging set-up, remedies printed by errors, text folding."""
 from __future__ import annotations
 
 import contextlib
@@ -9,6 +9,7 @@ import shlex
 import socket
 import tempfile
 import time
+import unicodedata
 from pathlib import Path
 from typing import IO, Iterator, Union
 
@@ -177,3 +178,28 @@ def remedy(what: str, stage: int, cli_option: str, recipe_options: list[tuple[st
         extra = " ".join(f"{name} {_shell_word(value)}" for name, value in recipe_options)
         return f"{what}, run (from the recipe directory): {cmd} --stage {stage} {extra}"
     return f"{what}, rerun the same asrkit command with {cli_option}"
+
+
+#: text mappings a tokenizer may apply to transcripts before tokenizing (``asrkit tokens --fold``);
+#: scoring applies the same mapping to the references (:func:`asrkit.textnorm.get_normalizer`,
+#: ``<normalizer>+ascii``), decoding to the LM's words
+TEXT_FOLDS = ("none", "ascii")
+
+# letters that Unicode does not decompose into an ASCII letter plus marks, and typographic apostrophes
+_ASCII_EXTRA = {"ß": "ss", "ẞ": "SS", "æ": "ae", "Æ": "AE", "œ": "oe", "Œ": "OE", "ø": "o", "Ø": "O", "đ": "d",
+                "Đ": "D", "ð": "d", "Ð": "D", "ł": "l", "Ł": "L", "þ": "th", "Þ": "TH", "ı": "i",
+                "\u2019": "'", "\u2018": "'", "\u02bc": "'", "\u00b4": "'", "`": "'"}
+
+
+def fold_text(text: str, fold: str = "none") -> str:
+    """``fold="ascii"``: accented and compound Latin letters to ASCII letters (Unicode NFKD
+    decomposition without the combining marks: ``CAFÉ NAÏVE ÜBER SEÑOR`` -> ``CAFE NAIVE UBER
+    SENOR``; ``ß`` -> ``ss``, ``Æ`` -> ``AE``, ``Ø`` -> ``O``, ``Ł`` -> ``L``, ``Þ`` -> ``TH``;
+    ligatures and full-width forms to their letters), typographic apostrophes (’ ‘ ʼ ´ `) to
+    ``'``. Case is kept; letters of other scripts are left as they are. ``"none"``: unchanged."""
+    if fold == "none":
+        return text
+    if fold != "ascii":
+        raise ValueError(f"unknown text fold {fold!r}; valid: {', '.join(TEXT_FOLDS)}")
+    text = "".join(_ASCII_EXTRA.get(c, c) for c in text)
+    return "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))

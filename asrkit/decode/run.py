@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     from asrkit.scoring import score_dir
     from asrkit.textnorm import corpus_normalizer
 
-    norm = args.norm or corpus_normalizer(cfg.data.corpus)
+    norm = args.norm or corpus_normalizer(cfg.data.corpus, getattr(tok, "fold", "none"))  # refs folded like the training text
     from asrkit.model.asr import NoFramesError
 
     for s in sets:

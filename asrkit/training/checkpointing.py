@@ -3,7 +3,7 @@
 A checkpoint holds the state at the trainer's last step boundary: model (and its moving average),
 optimizer, scheduler, grad scaler, the training position (step, epoch, batch in the epoch), the
 RNG states of every rank, counters, and what must not change for a resume to be right (config,
-world size, data fingerprint, vocabulary; :func:`asrkit.training.state.resume_problems`).
+world size, data fingerprints, vocabulary, CPU threads; :func:`asrkit.training.state.resume_problems`).
 Files are written atomically by :mod:`asrkit.checkpoint`; rank 0 writes, every rank takes part
 (the RNG states are gathered).
 """
@@ -22,7 +22,7 @@ from asrkit.checkpoint import checkpoint_dir, list_checkpoints, load_latest, rem
 from asrkit.config import dump_config, to_dict
 from asrkit.training import TrainingError
 from asrkit.training.distributed import DistributedError, all_gather_object, broadcast_object, check_same
-from asrkit.training.state import resume_problems, set_rng_state
+from asrkit.training.state import resume_problems, set_rng_state, thread_warning
 from asrkit.utils import atomic_write
 
 logger = logging.getLogger("asrkit.train")
@@ -57,14 +57,15 @@ class Checkpointer:
             "rng": rng_per_rank,  # one entry per rank
             "config": to_dict(t.cfg),
             "world_size": t.dist.world_size,
-            "data_fingerprint": t.fingerprint,
+            **t.fingerprints,
             "vocab": list(t.tokenizer.tokens),
+            "threads": torch.get_num_threads(),  # results depend on it (thread_warning)
             "counters": dict(t.counters),
         }
 
     def load_state_dict(self, st: dict, path: Path) -> None:
         t = self.t
-        problems = resume_problems(st, to_dict(t.cfg), t.dist.world_size, t.fingerprint, t.tokenizer.tokens)
+        problems = resume_problems(st, to_dict(t.cfg), t.dist.world_size, t.fingerprints, t.tokenizer.tokens)
         if problems:
             raise TrainingError(f"cannot resume from {path}: " + "; ".join(problems) +
                                 f". Rerun with the original settings, or use a new --exp-dir (or move {path.parent} "
@@ -80,6 +81,9 @@ class Checkpointer:
         rng = st["rng"]
         set_rng_state(rng[t.dist.rank] if isinstance(rng, list) else rng)
         logger.info("resumed from %s: epoch %d, batch %d, step %d", path, t.epoch, t.batch_in_epoch, t.step)
+        warning = thread_warning(st, torch.get_num_threads())
+        if warning and t.dist.is_main:
+            logger.warning("resuming from %s: %s", path, warning)
 
     def resume(self) -> bool:
         """Rank 0 picks the newest loadable checkpoint; every rank loads that one."""
@@ -139,7 +143,8 @@ class Checkpointer:
                 "steps_per_sec": t.step / wall, "bad_steps": c["bad_steps"],
                 "fp16_overflow_steps": c["overflow_steps"], "bad_audio": c["bad_audio"],
                 "empty_batches": c["empty_batches"], "unequal_epochs": c["unequal_epochs"],
-                "dropped_utterances": t.drop_stats.counts, "world_size": t.dist.world_size,
+                "dropped_utterances": t.drop_stats.counts, "outside_alphabet": t.alphabet,
+                "world_size": t.dist.world_size,
                 "threads": torch.get_num_threads(), "stopped_by": t.stop or "train.max_epochs reached"}
         with atomic_write(t.exp_dir / "train_info.json") as f:
             json.dump(info, f, indent=1)

@@ -6,15 +6,19 @@ dropout): every place that may draw from them runs under :func:`rng_untouched`.
 from __future__ import annotations
 
 import contextlib
+import logging
 from typing import Optional
 
 import torch
 
 from asrkit.data.dataset import AsrDataset, filter_cuts
 from asrkit.data.manifests import load_cuts
+from asrkit.tokenizer import alphabet_report
 from asrkit.training import TrainingError
 from asrkit.training.distributed import original_error
 from asrkit.training.signals import worker_ignores_stop_signals
+
+logger = logging.getLogger("asrkit.train")
 
 
 def load_train_cuts(cfg, tokenizer, where: str = "train"):
@@ -29,6 +33,19 @@ def load_train_cuts(cfg, tokenizer, where: str = "train"):
     if len(cuts) == 0:
         raise TrainingError(f"no usable {where} utterances in {sets} ({stats})")
     return cuts, stats
+
+
+def alphabet_check(cuts, tokenizer, where: str, warn: bool = True) -> dict:
+    """Count (and warn about, with examples) the training transcripts with letters or digits the
+    tokenizer cannot represent (they are dropped from their words); for ``train_info.json``."""
+    def utts():
+        for c in cuts:
+            yield c.id, " ".join(s.text for s in c.supervisions if s.text)
+
+    report = alphabet_report(utts(), getattr(tokenizer, "fold", "none"))
+    if warn and report.utterances:
+        logger.warning("%s", report.describe(where))
+    return report.to_dict()
 
 
 def load_data(cfg, tokenizer):

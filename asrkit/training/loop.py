@@ -30,11 +30,11 @@ from asrkit.training import TrainingError
 from asrkit.training.bad_steps import BadSteps, nonfinite_utterances
 from asrkit.training.checkpointing import Checkpointer
 from asrkit.training.distributed import ACTIVITY, DistInfo, all_reduce_sum, broadcast_object, check_same, digest
-from asrkit.training.inputs import bad_audio_message, load_data, make_loader, n_utts, rng_untouched, stand_in_batch, to_device
+from asrkit.training.inputs import alphabet_check, bad_audio_message, load_data, make_loader, n_utts, rng_untouched, stand_in_batch, to_device
 from asrkit.training.monitor import Monitor
 from asrkit.training.optim import AMP_DTYPES, make_optimizer, make_scheduler, update_ema
 from asrkit.training.signals import Interrupted, stop_signals_deferred
-from asrkit.training.state import data_fingerprint, rng_state, seed_all
+from asrkit.training.state import fingerprints, rng_state, seed_all
 from asrkit.training.sync import StepVote
 from asrkit.training.validation import validate
 
@@ -50,8 +50,10 @@ class Trainer:
         check_same("the resolved config (digest)", digest(dump_config(cfg)))
         self.tokenizer = load_tokenizer(cfg.tokens.path)
         self.train_cuts, self.drop_stats, self.dev_cuts = load_data(cfg, self.tokenizer)
-        self.fingerprint = data_fingerprint(self.train_cuts)
-        check_same("the training data (fingerprint of utterance ids and durations)", self.fingerprint)
+        self.alphabet = alphabet_check(self.train_cuts, self.tokenizer,
+                                       f"{cfg.data.corpus}/{'+'.join(cfg.data.train_sets)}", warn=dist_info.is_main)
+        self.fingerprints = fingerprints(self.train_cuts, self.tokenizer)
+        check_same("the training data (fingerprints of utterances, transcripts, tokenizer)", self.fingerprints)
         torch.manual_seed(self.seed)  # identical initial weights on every rank (DDP also broadcasts rank 0's)
         self.model = build_model(cfg, self.tokenizer.vocab_size).to(device)
         logger.info("model: %.2f M parameters, pos_enc=%s, %s, device %s",

@@ -17,6 +17,7 @@ from asrkit.training import TrainingError
 from asrkit.training.distributed import DistInfo, all_gather_object
 from asrkit.training.inputs import bad_audio_message, make_eval_sampler, make_loader, rng_untouched, to_device
 from asrkit.training.signals import stop_signals_deferred
+from asrkit.utils import fold_text
 
 logger = logging.getLogger("asrkit.train")
 
@@ -53,7 +54,8 @@ def validate(model: torch.nn.Module, dev_cuts, cfg, tokenizer, dist_info: DistIn
             tot_loss += float(out["loss"]) * out["n_utts"]
             n += out["n_utts"]
             for i, hyp in enumerate(ctc_greedy(enc.log_probs, enc.lengths)):
-                pairs.append({"id": batch["ids"][i], "ref": batch["texts"][i], "hyp": tokenizer.decode(hyp),
+                ref = fold_text(batch["texts"][i], getattr(tokenizer, "fold", "none"))  # as the model was trained
+                pairs.append({"id": batch["ids"][i], "ref": ref, "hyp": tokenizer.decode(hyp),
                               "duration": batch["durations"][i]})
         model.train(was_training)
     gathered = all_gather_object((pairs, tot_loss, n))

@@ -25,6 +25,7 @@ on_bad=raise       # stage 2, audio that does not decode: raise | skip (drop tho
 manifest_dir=data/manifests
 token_type=letters # letters | bpe | unigram
 nbpe=256
+token_fold=none    # none | ascii: fold accented letters to ASCII before tokenizing (CAFÉ -> CAFE); scoring folds refs alike
 train_config=
 train_args=        # key=value overrides for training
 expdir=
@@ -40,7 +41,7 @@ num_nodes=1        # >1: multi-node through cmd.sh's backend
 nj=2
 force=false        # true: rerun stages even if their .done marker exists
 
-__asrkit_opts="stage stop_stage corpus corpus_dir train_sets dev_set test_sets longform_sets prepare_args on_bad manifest_dir token_type nbpe train_config train_args expdir tag decode_args checkpoint average_num average_by lm_order lm_text ngpu num_nodes nj force"
+__asrkit_opts="stage stop_stage corpus corpus_dir train_sets dev_set test_sets longform_sets prepare_args on_bad manifest_dir token_type nbpe token_fold train_config train_args expdir tag decode_args checkpoint average_num average_by lm_order lm_text ngpu num_nodes nj force"
 __asrkit_append_opts="prepare_args"
 # how to rerun this recipe from its directory, for the remedies that error messages print
 # (run.sh exports its own command line; called directly, this script's)
@@ -56,7 +57,7 @@ for v in num_nodes nj nbpe; do
     [ "${!v}" -ge 1 ] || { echo "$0: --${v} must be >= 1, got ${!v}" >&2; exit 2; }
 done
 [ "$stage" -le "$stop_stage" ] || { echo "$0: --stage $stage is after --stop_stage $stop_stage: nothing to run" >&2; exit 2; }
-for v in "token_type letters bpe unigram" "average_by last best" "on_bad raise skip" "force true false"; do
+for v in "token_type letters bpe unigram" "token_fold none ascii" "average_by last best" "on_bad raise skip" "force true false"; do
     read -r name valid <<< "$v"
     [[ " $valid " == *" ${!name} "* ]] || { echo "$0: --${name} must be one of: $valid; got '${!name}'" >&2; exit 2; }
 done
@@ -71,7 +72,7 @@ done
 
 tag=${tag:-$(basename "${train_config%.*}")}
 expdir=${expdir:-exp/${tag}}
-token_file=data/tokens/${token_type}$([ "$token_type" = letters ] || echo "$nbpe").json
+token_file=data/tokens/${token_type}$([ "$token_type" = letters ] || echo "$nbpe")$([ "$token_fold" = none ] || echo "_$token_fold").json
 markers=data/.done
 
 log() { echo "$(date '+%F %T') [asr.sh] $*"; }
@@ -103,11 +104,12 @@ tok_markers=$markers/$(basename "${token_file%.json}")  # one marker per tokeniz
 if run_stage 3 "$tok_markers" "tokens ($token_type)"; then
     cuts=""; for s in $train_sets; do cuts="$cuts $manifest_dir/${corpus}_cuts_${s}.jsonl.gz"; done
     # shellcheck disable=SC2086
-    asrkit tokens --cuts $cuts --kind "$token_type" --vocab-size "$nbpe" --out "$token_file"
+    asrkit tokens --cuts $cuts --kind "$token_type" --vocab-size "$nbpe" --fold "$token_fold" --out "$token_file"
     if [ "$lm_order" -gt 0 ]; then
+        arpa=data/lm/${lm_order}gram$([ "$token_fold" = none ] || echo "_$token_fold").arpa
         # shellcheck disable=SC2086
-        asrkit lm train --text $cuts $lm_text --order "$lm_order" --out "data/lm/${lm_order}gram.arpa"
-        asrkit lm graph --tokens "$token_file" --arpa "data/lm/${lm_order}gram.arpa" --out "data/lm/graph_$(basename "${token_file%.json}")_${lm_order}gram"
+        asrkit lm train --text $cuts $lm_text --order "$lm_order" --fold "$token_fold" --out "$arpa"
+        asrkit lm graph --tokens "$token_file" --arpa "$arpa" --out "data/lm/graph_$(basename "${token_file%.json}")_${lm_order}gram"
     fi
     finish_stage 3 "$tok_markers"
 fi
