@@ -3,7 +3,11 @@
     asrkit train --config conf/ctc_small.yaml --exp-dir exp/sinpos encoder.pos_enc=sinpos
     torchrun --standalone --nproc_per_node 4 -m asrkit train --config ... --exp-dir ...   # DDP
 
-* Validates the whole config before any work; saves the resolved config as ``EXP/config.yaml``.
+* Validates the whole config before any work (exit 2); takes the experiment-dir lock (a second
+  run on the directory is refused, naming the holder); saves the resolved config as
+  ``EXP/config.yaml``.
+* SIGTERM, SIGINT, SIGUSR1 (also to the whole process group): stop at the next step boundary with
+  a checkpoint and exit 75; the launcher's death does the same (:mod:`.signals`, :mod:`.watchdog`).
 * Resumes automatically from the newest complete checkpoint in ``EXP/checkpoints`` — mid-epoch,
   with model, optimizer, scheduler, grad scaler, sampler position and the RNG states of every
   rank — and refuses to resume if the config, the data or the world size changed in a way that
@@ -11,7 +15,8 @@
   stops training with the previous checkpoints intact.
 * Single process, or DDP under ``torchrun`` (gloo on CPU, NCCL on GPU, same code). The seed is
   broadcast from rank 0; config, data and training position are checked to agree on all ranks.
-  A collective that waits longer than ``train.dist_timeout_s`` raises an error naming the rank.
+  A collective that waits longer than ``train.dist_timeout_s`` ends the job with an error naming
+  the rank that hangs; a failed rank ends the others at once.
 * Mixed precision: ``train.amp=bf16`` (autocast) or ``fp16`` (autocast + gradient scaler);
   gradients are clipped (``optim.clip_grad``) after unscaling.
 * A NaN/inf loss or gradient skips the step (counted, logged); ``train.max_bad_steps``
