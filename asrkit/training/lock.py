@@ -247,10 +247,11 @@ class ExpLock:
         other_host = holder.get("host") != self.me["host"]
         return (f"experiment dir {self.exp_dir} is in use by {self._who(holder)}{cmd} (lock {self.path}, refreshed "
                 f"{age:.0f} s ago). Two runs on one experiment dir would overwrite each other's checkpoints: wait for "
-                f"it to end, stop it, or use another --exp-dir. If that process is gone "
-                + ("(its host crashed), the lock is taken over automatically once it is "
+                "it to end, stop it, or use another --exp-dir. "
+                + (f"If that process is gone (its host crashed), the lock is taken over automatically once it is "
                    f"{self.stale_after_s:.0f} s old, or remove it now: rm {self.path}"
-                   if other_host else f"and the lock remains, remove it: rm {self.path}"))
+                   if other_host else "The lock is taken over automatically once that process has ended "
+                   f"(to clear it by hand: rm {self.path})"))
 
     def _heartbeat(self) -> None:
         while not self._stop.wait(self.heartbeat_s):
