@@ -55,8 +55,11 @@ def save_checkpoint(exp_dir: Path | str, name: str, state: dict, keep_last: int 
     d = checkpoint_dir(exp_dir)
     d.mkdir(parents=True, exist_ok=True)
     path = d / f"{name}.pt"
+    # the index entry's extra fields (dev WER...) are also kept in the file: a kill between the
+    # rename and the index write loses nothing (:func:`checkpoint_index` reads them back)
+    state = {**state, "index_info": dict(info or {})}
     with atomic_path(path) as tmp:
-        torch.save(state, tmp)
+        _torch_save(state, tmp)
     index = _full_index(d, skip=path.name)
     entry = {"step": state.get("step"), "epoch": state.get("epoch"), "batch_in_epoch": state.get("batch_in_epoch"),
              "progress": progress_of(state), "time": round(time.time(), 3)}
@@ -71,6 +74,44 @@ def save_checkpoint(exp_dir: Path | str, name: str, state: dict, keep_last: int 
         (d / n).unlink(missing_ok=True)
     logger.info("saved checkpoint %s%s", path, f" (removed {', '.join(drop)})" if drop else "")
     return path
+
+
+class _WriteRecorder:
+    """A file wrapper that remembers the ``OSError`` of a failed write (torch.save turns it into
+    ``RuntimeError: [enforce fail at inline_container.cc] unexpected pos``, naming neither the
+    reason nor the file)."""
+
+    def __init__(self, f):
+        self.f, self.error = f, None
+
+    def write(self, data) -> int:
+        try:
+            return self.f.write(data)
+        except OSError as e:
+            self.error = e
+            raise
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+def _torch_save(state: dict, path: Path) -> None:
+    """``torch.save(state, path)``; a failed write raises its ``OSError`` (``No space left on
+    device``, a quota, an I/O error) naming ``path``."""
+    err = None
+    try:
+        with open(path, "wb") as f:
+            w = _WriteRecorder(f)
+            try:
+                torch.save(state, w)
+            except RuntimeError:
+                if w.error is None:
+                    raise
+                err = w.error
+    except OSError as e:  # the last buffered bytes, written when the file is closed
+        err = err or e
+    if err is not None:
+        raise OSError(err.errno, err.strerror or str(err), str(path)) from None
 
 
 def _num(name: str) -> int:
@@ -106,23 +147,36 @@ def read_index(exp_dir: Path | str) -> dict:
 
 def _full_index(d: Path, skip: str = "") -> dict:
     """The index, restricted to files that exist, plus entries for checkpoint files it lacks
-    (except ``skip``, the checkpoint being added)."""
+    (except ``skip``, the checkpoint being added), read from the files themselves."""
     index = {n: v for n, v in read_index(d.parent).items() if _NAME.match(n) and (d / n).is_file()}
     for p in d.iterdir() if d.is_dir() else []:
         if _NAME.match(p.name) and p.name not in index and p.name != skip:
-            prog = _read_progress(p)
-            if prog is not None:
-                index[p.name] = {"step": prog[0], "epoch": prog[1], "batch_in_epoch": prog[2], "progress": prog}
+            entry = _read_entry(p)
+            if entry is not None:
+                index[p.name] = entry
     return index
 
 
-def _read_progress(p: Path) -> Optional[list]:
+def checkpoint_index(exp_dir: Path | str) -> dict:
+    """``index.json`` completed with the entries (progress, dev WER) of checkpoint files it lacks
+    (a process killed between writing a checkpoint and its index entry), restricted to files that
+    exist. What ``--checkpoint best`` and ``asrkit average --by best`` read."""
+    return _full_index(checkpoint_dir(exp_dir))
+
+
+def _read_entry(p: Path) -> Optional[dict]:
     try:
         st = torch.load(p, map_location="cpu", weights_only=False, mmap=True)
-        return progress_of(st)
     except Exception as e:  # truncated / corrupt / not a zip file
         logger.warning("checkpoint %s is unreadable (%s)", p, e)
         return None
+    prog = progress_of(st)
+    return {"step": prog[0], "epoch": prog[1], "batch_in_epoch": prog[2], "progress": prog, **st.get("index_info", {})}
+
+
+def _read_progress(p: Path) -> Optional[list]:
+    entry = _read_entry(p)
+    return None if entry is None else entry["progress"]
 
 
 def list_checkpoints(exp_dir: Path | str) -> list[Path]:
@@ -178,7 +232,7 @@ def resolve_checkpoint(exp_dir: Path | str, which: str = "last") -> Path:
             raise FileNotFoundError(f"no checkpoint in {checkpoint_dir(exp_dir)}")
         return cks[-1]
     if which == "best":
-        index = read_index(exp_dir)
+        index = checkpoint_index(exp_dir)
         scored = {n: v for n, v in index.items() if v.get("dev_wer") is not None and (checkpoint_dir(exp_dir) / n).is_file()}
         if not scored:
             raise FileNotFoundError(f"no epoch checkpoint with a dev WER in {checkpoint_dir(exp_dir)}")

@@ -137,9 +137,10 @@ def parse_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
         if not key:
             raise ConfigError(f"override {item!r} has no key before '='")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
+            value = parse_yaml(raw) if raw.strip() else ""
         except yaml.YAMLError as e:
-            first = str(e).strip().splitlines()[0]
+            first = (e.problem if isinstance(e, yaml.MarkedYAMLError) and e.problem else
+                     str(e).strip().splitlines()[0])
             raise ConfigError(f"override {item!r}: the value {raw!r} is not valid YAML ({first}); quote it, e.g. "
                               f"{key}='\"{raw}\"', or fix the brackets") from None
         out.append((key, value))
@@ -156,22 +157,41 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: b
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
             raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r} (first at line {seen[key] + 1}, again at line "
-                f"{key_node.start_mark.line + 1}); keep one", key_node.start_mark)
+                None, None, f"duplicate key {key!r} (first at line {seen[key] + 1}); keep one", key_node.start_mark)
         seen[key] = key_node.start_mark.line
     return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
 
 
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+# YAML 1.1 (PyYAML) reads 1e-3, 3e1 or 1.0e5 as strings (it wants a dot and a signed exponent);
+# YAML 1.2 and everyone writing a learning rate mean numbers: so do we, nested options included
+_UniqueKeyLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:\d[\d_]*(?:\.[\d_]*)?|\.\d[\d_]*)[eE][-+]?\d+$"),
+    list("-+0123456789."))
+
+
+def parse_yaml(text: str):
+    """YAML as asrkit reads it (configs and override values): exponent floats without a dot are
+    numbers, duplicate keys are errors (``yaml.YAMLError``)."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)
+
+
+def _yaml_problem(e: yaml.YAMLError) -> str:
+    """``line L, column C: what`` of a YAML error, on one line."""
+    if isinstance(e, yaml.MarkedYAMLError) and e.problem_mark is not None:
+        m = e.problem_mark
+        what = " ".join(x for x in (e.context, e.problem) if x)
+        return f"line {m.line + 1}, column {m.column + 1}: {what}"
+    return " ".join(str(e).split())
 
 
 def load_yaml_mapping(text: str, where: str) -> dict:
     """Parse YAML text whose top level must be a mapping (or empty); duplicate keys are errors.
     ``where`` (a file name) starts every error message."""
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)
+        data = parse_yaml(text)
     except yaml.YAMLError as e:
-        raise ConfigError(f"{where} is not valid YAML: {' '.join(str(e).split())}") from None
+        raise ConfigError(f"{where} is not valid YAML ({_yaml_problem(e)})") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -16,6 +16,10 @@ tokens of the normalized text. Available normalizers (see :data:`NORMALIZERS`):
 ``tedlium``     drop ``<unk>``, ``<sil>``, ``{NOISE}``-style and ``[...]`` tags; lower-case.
 ==============  ======================================================================
 
+``<name>+ascii`` (``librispeech+ascii``) first folds accented letters to ASCII
+(:func:`asrkit.utils.fold_text`): the normalizer of a model whose tokenizer folds (``asrkit
+tokens --fold ascii``), so that a reference ``CAFÉ`` matches the hypothesis ``CAFE``.
+
 No module here imports torch: scoring must stay light.
 """
 from __future__ import annotations
@@ -23,6 +27,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from typing import Callable
+
+from asrkit.utils import TEXT_FOLDS, fold_text
 
 __all__ = ["Normalizer", "NORMALIZERS", "get_normalizer", "normalize"]
 
@@ -155,19 +161,28 @@ def get_normalizer(name: str | Normalizer) -> Normalizer:
     """
     if isinstance(name, Normalizer):
         return name
+    base, _, fold = name.partition("+")
     try:
-        return NORMALIZERS[name]
+        norm = NORMALIZERS[base]
     except KeyError:
         raise ValueError(
-            f"unknown text normalizer {name!r}; valid: {', '.join(sorted(NORMALIZERS))}"
+            f"unknown text normalizer {name!r}; valid: {', '.join(sorted(NORMALIZERS))} "
+            f"(each also as <name>+ascii)"
         ) from None
+    if not fold:
+        return norm
+    if fold not in TEXT_FOLDS or fold == "none":
+        raise ValueError(f"unknown text fold {fold!r} in normalizer {name!r}; valid: ascii")
+    return Normalizer(name, norm.version, lambda t: norm.fn(fold_text(t, fold)),
+                      f"{norm.description}, after folding {fold} (asrkit.utils.fold_text)")
 
 
-def corpus_normalizer(corpus: str) -> str:
+def corpus_normalizer(corpus: str, fold: str = "none") -> str:
     """Name of the scoring normalizer of a corpus (``tedlium2``/``tedlium3`` -> ``tedlium``), or
-    ``none`` for a corpus that has none."""
+    ``none`` for a corpus that has none; ``+<fold>`` for a model whose tokenizer folds its text."""
     name = "tedlium" if corpus.startswith("tedlium") else corpus
-    return name if name in NORMALIZERS else "none"
+    name = name if name in NORMALIZERS else "none"
+    return name if fold == "none" else f"{name}+{fold}"
 
 
 def normalize(text: str, name: str | Normalizer = "none") -> str:

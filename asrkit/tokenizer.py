@@ -9,10 +9,12 @@ import argparse
 import json
 import logging
 import re
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from asrkit.utils import atomic_write
+from asrkit.utils import TEXT_FOLDS, atomic_write, fold_text
 
 logger = logging.getLogger(__name__)
 
@@ -20,11 +22,69 @@ BLANK = "<blank>"
 WORD_BOUNDARY = "|"
 
 
-def normalize_for_tokens(text: str) -> str:
-    """Lower-case, keep letters, apostrophes and single spaces (the letter token set)."""
-    text = text.lower()
+#: the characters every tokenizer can represent (after lower-casing); anything else is dropped
+ALPHABET = frozenset("abcdefghijklmnopqrstuvwxyz' ")
+
+
+def normalize_for_tokens(text: str, fold: str = "none") -> str:
+    """Fold (:func:`asrkit.utils.fold_text`), lower-case, keep letters, apostrophes and single
+    spaces (the letter token set); other characters separate words."""
+    text = fold_text(text, fold).lower()
     text = re.sub(r"[^a-z' ]+", " ", text)
     return re.sub(r"\s+", " ", text).strip()
+
+
+def outside_alphabet(text: str, fold: str = "none") -> set[str]:
+    """Letters, digits and typographic apostrophes of ``text`` that the tokenizers cannot
+    represent (after folding): they are dropped, splitting their words (``CAFÉ`` -> ``caf``,
+    ``DON’T`` -> ``don t``)."""
+    return {c for c in fold_text(text, fold).lower()
+            if c not in ALPHABET and (c.isalnum() or fold_text(c, "ascii") == "'")}
+
+
+@dataclass
+class AlphabetReport:
+    """Utterances whose transcript has letters or digits outside the tokenizers' alphabet."""
+
+    fold: str = "none"
+    total: int = 0  #: utterances looked at
+    utterances: int = 0  #: of them, with such characters
+    chars: Counter = field(default_factory=Counter)  #: character -> utterances that have it
+    examples: list = field(default_factory=list)  #: (id, text, what is trained on), a few
+
+    def add(self, uid: str, text: str) -> None:
+        self.total += 1
+        bad = outside_alphabet(text, self.fold)
+        if bad:
+            self.utterances += 1
+            self.chars.update(bad)
+            if len(self.examples) < 3:
+                self.examples.append((uid, text, normalize_for_tokens(text, self.fold)))
+
+    def to_dict(self) -> dict:
+        return {"utterances": self.utterances, "of": self.total, "fold": self.fold,
+                "chars": dict(self.chars.most_common()), "examples": [e[0] for e in self.examples]}
+
+    def describe(self, where: str) -> str:
+        """One warning line ("" when every transcript fits the alphabet)."""
+        if not self.utterances:
+            return ""
+        chars = ", ".join(f"{c} ({n})" for c, n in self.chars.most_common(12))
+        ex = "; ".join(f"{u}: {t!r} -> {n!r}" for u, t, n in self.examples)
+        folds = (" Fold accented letters to ASCII (CAFÉ -> CAFE, ß -> ss, ’ -> ') with a tokenizer trained by "
+                 "`asrkit tokens --fold ascii` (recipes: --token_fold ascii); scoring then folds the references "
+                 "the same way.") if self.fold == "none" and any(fold_text(c, "ascii") != c for c in self.chars) else ""
+        return (f"{where}: {self.utterances} of {self.total} transcripts have letters, digits or apostrophes outside "
+                f"the tokenizer's alphabet (a-z and '), which are dropped, splitting their words: {chars}. E.g. {ex}."
+                + folds)
+
+
+def alphabet_report(items, fold: str = "none") -> AlphabetReport:
+    """:class:`AlphabetReport` of ``(utterance id, transcript)`` pairs."""
+    rep = AlphabetReport(fold=fold)
+    for uid, text in items:
+        rep.add(uid, text)
+    return rep
 
 
 class CharTokenizer:
@@ -32,7 +92,8 @@ class CharTokenizer:
 
     kind = "letters"
 
-    def __init__(self) -> None:
+    def __init__(self, fold: str = "none") -> None:
+        self.fold = _check_fold(fold)
         self.tokens: list[str] = [BLANK, WORD_BOUNDARY, "'"] + [chr(c) for c in range(ord("a"), ord("z") + 1)]
         self._ids = {t: i for i, t in enumerate(self.tokens)}
         self.blank_id = 0
@@ -43,7 +104,7 @@ class CharTokenizer:
         return len(self.tokens)
 
     def encode(self, text: str) -> list[int]:
-        words = normalize_for_tokens(text).split()
+        words = normalize_for_tokens(text, self.fold).split()
         ids: list[int] = []
         for i, w in enumerate(words):
             if i:
@@ -56,16 +117,17 @@ class CharTokenizer:
         return " ".join(w for w in s.split(WORD_BOUNDARY) if w).upper()
 
     def to_dict(self) -> dict:
-        return {"kind": self.kind}
+        return {"kind": self.kind, **({"fold": self.fold} if self.fold != "none" else {})}
 
 
 class SentencePieceTokenizer:
     """Sentencepiece BPE or unigram; id 0 is the blank (sentencepiece ids are shifted by 1)."""
 
-    def __init__(self, model_proto: bytes, kind: str):
+    def __init__(self, model_proto: bytes, kind: str, fold: str = "none"):
         import sentencepiece as spm
 
         self.kind = kind
+        self.fold = _check_fold(fold)
         self.sp = spm.SentencePieceProcessor(model_proto=model_proto)
         self._proto = model_proto
         self.tokens = [BLANK] + [self.sp.id_to_piece(i) for i in range(self.sp.get_piece_size())]
@@ -76,7 +138,7 @@ class SentencePieceTokenizer:
         return len(self.tokens)
 
     def encode(self, text: str) -> list[int]:
-        return [i + 1 for i in self.sp.encode(normalize_for_tokens(text))]
+        return [i + 1 for i in self.sp.encode(normalize_for_tokens(text, self.fold))]
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.sp.decode([i - 1 for i in ids if i != self.blank_id]).upper().strip()
@@ -84,15 +146,16 @@ class SentencePieceTokenizer:
     def to_dict(self) -> dict:
         import base64
 
-        return {"kind": self.kind, "model": base64.b64encode(self._proto).decode()}
+        return {"kind": self.kind, "model": base64.b64encode(self._proto).decode(),
+                **({"fold": self.fold} if self.fold != "none" else {})}
 
     @classmethod
-    def train(cls, texts: Iterable[str], kind: str, vocab_size: int) -> "SentencePieceTokenizer":
+    def train(cls, texts: Iterable[str], kind: str, vocab_size: int, fold: str = "none") -> "SentencePieceTokenizer":
         import io
 
         import sentencepiece as spm
 
-        texts = [normalize_for_tokens(t) for t in texts]
+        texts = [normalize_for_tokens(t, fold) for t in texts]
         buf = io.BytesIO()
         spm.SentencePieceTrainer.train(
             sentence_iterator=iter(texts), model_writer=buf, model_type=kind, vocab_size=vocab_size,
@@ -100,7 +163,7 @@ class SentencePieceTokenizer:
             hard_vocab_limit=False, num_threads=2, minloglevel=2,
             required_chars="abcdefghijklmnopqrstuvwxyz'",  # every normalized text is encodable: no <unk>
         )
-        return cls(buf.getvalue(), kind)
+        return cls(buf.getvalue(), kind, fold)
 
 
 Tokenizer = "CharTokenizer | SentencePieceTokenizer"
@@ -110,11 +173,17 @@ Tokenizer = "CharTokenizer | SentencePieceTokenizer"
 TOKENIZER_KINDS = ("letters", "bpe", "unigram")
 
 
-def train_tokenizer(texts: Iterable[str], kind: str = "letters", vocab_size: int = 256):
+def _check_fold(fold: str) -> str:
+    if fold not in TEXT_FOLDS:
+        raise ValueError(f"unknown text fold {fold!r}; valid: {', '.join(TEXT_FOLDS)}")
+    return fold
+
+
+def train_tokenizer(texts: Iterable[str], kind: str = "letters", vocab_size: int = 256, fold: str = "none"):
     if kind == "letters":
-        return CharTokenizer()
+        return CharTokenizer(fold)
     if kind in ("bpe", "unigram"):
-        return SentencePieceTokenizer.train(texts, kind, vocab_size)
+        return SentencePieceTokenizer.train(texts, kind, vocab_size, fold)
     raise ValueError(f"unknown tokenizer kind {kind!r}; valid: {', '.join(TOKENIZER_KINDS)}")
 
 
@@ -128,13 +197,24 @@ def load_tokenizer(path: str | Path):
     if not path.is_file():
         raise FileNotFoundError(f"tokenizer file {path} does not exist (run the token stage first)")
     d = json.loads(path.read_text())
+    fold = d.get("fold", "none")
+    if fold not in TEXT_FOLDS:
+        raise ValueError(f"tokenizer file {path}: unknown fold {fold!r} (valid: {', '.join(TEXT_FOLDS)})")
     if d.get("kind") == "letters":
-        return CharTokenizer()
+        return CharTokenizer(fold)
     if d.get("kind") in ("bpe", "unigram"):
         import base64
 
-        return SentencePieceTokenizer(base64.b64decode(d["model"]), d["kind"])
+        return SentencePieceTokenizer(base64.b64decode(d["model"]), d["kind"], fold)
     raise ValueError(f"tokenizer file {path}: unknown kind {d.get('kind')!r}")
+
+
+def tokenizer_fold(path: str | Path) -> str:
+    """The text fold of a tokenizer file ("none" when it has none or cannot be read)."""
+    try:
+        return json.loads(Path(path).read_text()).get("fold", "none")
+    except (OSError, ValueError, AttributeError):
+        return "none"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,11 +226,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cuts", nargs="+", type=Path, required=True, help="cuts manifests with the training texts")
     p.add_argument("--kind", default="letters", choices=["letters", "bpe", "unigram"])
     p.add_argument("--vocab-size", type=int, default=256)
+    p.add_argument("--fold", default="none", choices=list(TEXT_FOLDS),
+                   help="map transcripts before tokenizing: ascii = accented letters to ASCII (CAFÉ -> CAFE, "
+                        "ß -> ss, ’ -> '); saved in the tokenizer, so training, decoding and scoring apply it alike")
     p.add_argument("--out", type=Path, required=True, help="tokenizer file to write (JSON)")
     args = p.parse_args(argv)
     setup_logging()
-    texts = [s.text for path in args.cuts for c in load_manifest(path) for s in c.supervisions]
-    tok = train_tokenizer(texts, args.kind, args.vocab_size)
+    utts = [(s.id, s.text or "") for path in args.cuts for c in load_manifest(path) for s in c.supervisions]
+    tok = train_tokenizer([t for _, t in utts], args.kind, args.vocab_size, args.fold)
     save_tokenizer(tok, args.out)
+    report = alphabet_report(utts, args.fold).describe(", ".join(str(c) for c in args.cuts))
+    if report:
+        logger.warning("%s", report)
     print(f"tokenizer {args.kind}: {tok.vocab_size} tokens (incl. blank) -> {args.out}")
     return 0

@@ -1,4 +1,4 @@
-"""Small shared helpers: atomic file writes, logging set-up, remedies printed by errors."""
+"""Small shared helpers: atomic file writes, logging set-up, remedies printed by errors, text folding."""
 from __future__ import annotations
 
 import contextlib
@@ -6,7 +6,10 @@ import logging
 import os
 import re
 import shlex
+import socket
 import tempfile
+import time
+import unicodedata
 from pathlib import Path
 from typing import IO, Iterator, Union
 
@@ -22,7 +25,8 @@ def atomic_write(path: Pathlike, mode: str = "w", **kwargs) -> Iterator[IO]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    remove_stale_temporaries(path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=_tmp_prefix(path), suffix=".tmp", dir=path.parent)
     _default_mode(tmp)
     try:
         with os.fdopen(fd, mode, **kwargs) as f:
@@ -46,8 +50,9 @@ def atomic_path(path: Pathlike) -> "contextlib.AbstractContextManager[Path]":
 @contextlib.contextmanager
 def _atomic_path(path: Path) -> Iterator[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(path.parent)
     suffix = "".join(path.suffixes)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp" + suffix, dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=_tmp_prefix(path), suffix=".tmp" + suffix, dir=path.parent)
     os.close(fd)
     _default_mode(tmp)
     tmp_path = Path(tmp)
@@ -61,6 +66,59 @@ def _atomic_path(path: Path) -> Iterator[Path]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp_path)
         raise
+
+
+# temporaries are named ".<name>.~<host>~<pid>~.<random>.tmp<suffixes>": whose they are is in the name
+_TMP = re.compile(r"^\..+\.~(?P<host>[^~/]+)~(?P<pid>\d+)~\..*\.tmp")
+_OLD_TMP = re.compile(r"^\..+\.tmp")
+STALE_TMP_S = 86400.0  #: a temporary of an unknown or remote writer is stale after this long
+_cleaned: set = set()
+
+
+def _tmp_prefix(path: Path) -> str:
+    return f".{path.name}.~{socket.gethostname()}~{os.getpid()}~."
+
+
+def remove_stale_temporaries(d: Pathlike, force: bool = False) -> list[str]:
+    """Delete the temporary files that killed writers left in directory ``d`` (a stage killed
+    during an atomic write): those of processes of this host that are gone, and any older than
+    :data:`STALE_TMP_S`. Done once per directory and process (``force``: again); returns the names."""
+    d = Path(d)
+    key = str(d.resolve())
+    if key in _cleaned and not force:
+        return []
+    _cleaned.add(key)
+    gone, host, now = [], socket.gethostname(), time.time()
+    try:
+        entries = list(os.scandir(d))
+    except OSError:
+        return []
+    for e in entries:
+        if not e.name.startswith(".") or not _OLD_TMP.match(e.name):
+            continue
+        m = _TMP.match(e.name)
+        try:
+            stale = (m is not None and m["host"] == host and not _pid_alive(int(m["pid"]))) or \
+                now - e.stat(follow_symlinks=False).st_mtime > STALE_TMP_S
+            if stale and e.is_file(follow_symlinks=False):
+                os.unlink(e.path)
+                gone.append(e.name)
+        except OSError:
+            continue
+    if gone:
+        logging.getLogger(__name__).info("%s: removed %d temporary file(s) left by interrupted writes: %s", d,
+                                         len(gone), ", ".join(sorted(gone)[:5]) + (" ..." if len(gone) > 5 else ""))
+    return gone
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _default_mode(path: str) -> None:
@@ -120,3 +178,28 @@ def remedy(what: str, stage: int, cli_option: str, recipe_options: list[tuple[st
         extra = " ".join(f"{name} {_shell_word(value)}" for name, value in recipe_options)
         return f"{what}, run (from the recipe directory): {cmd} --stage {stage} {extra}"
     return f"{what}, rerun the same asrkit command with {cli_option}"
+
+
+#: text mappings a tokenizer may apply to transcripts before tokenizing (``asrkit tokens --fold``);
+#: scoring applies the same mapping to the references (:func:`asrkit.textnorm.get_normalizer`,
+#: ``<normalizer>+ascii``), decoding to the LM's words
+TEXT_FOLDS = ("none", "ascii")
+
+# letters that Unicode does not decompose into an ASCII letter plus marks, and typographic apostrophes
+_ASCII_EXTRA = {"ß": "ss", "ẞ": "SS", "æ": "ae", "Æ": "AE", "œ": "oe", "Œ": "OE", "ø": "o", "Ø": "O", "đ": "d",
+                "Đ": "D", "ð": "d", "Ð": "D", "ł": "l", "Ł": "L", "þ": "th", "Þ": "TH", "ı": "i",
+                "\u2019": "'", "\u2018": "'", "\u02bc": "'", "\u00b4": "'", "`": "'"}
+
+
+def fold_text(text: str, fold: str = "none") -> str:
+    """``fold="ascii"``: accented and compound Latin letters to ASCII letters (Unicode NFKD
+    decomposition without the combining marks: ``CAFÉ NAÏVE ÜBER SEÑOR`` -> ``CAFE NAIVE UBER
+    SENOR``; ``ß`` -> ``ss``, ``Æ`` -> ``AE``, ``Ø`` -> ``O``, ``Ł`` -> ``L``, ``Þ`` -> ``TH``;
+    ligatures and full-width forms to their letters), typographic apostrophes (’ ‘ ʼ ´ `) to
+    ``'``. Case is kept; letters of other scripts are left as they are. ``"none"``: unchanged."""
+    if fold == "none":
+        return text
+    if fold != "ascii":
+        raise ValueError(f"unknown text fold {fold!r}; valid: {', '.join(TEXT_FOLDS)}")
+    text = "".join(_ASCII_EXTRA.get(c, c) for c in text)
+    return "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))

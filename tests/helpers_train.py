@@ -15,7 +15,8 @@ Spec keys:
   "from_batch": b?, "seconds": s?, "code": c?}``, checked before each micro-batch's forward
   (``batch`` = 1-based index of the batch in its epoch). ``nan`` makes that rank's loss NaN,
   ``inf_grad`` leaves the loss as it is but makes the gradient of one element of the model's
-  first parameter inf, ``crash`` exits the process at once (``os._exit(code)``), ``hang`` sleeps for an hour, ``slow``
+  first parameter inf, ``nan_feats`` (with ``"utt": id``) makes that utterance's features NaN,
+  ``crash`` exits the process at once (``os._exit(code)``), ``hang`` sleeps for an hour, ``slow``
   sleeps ``seconds``, ``signal`` sends the process ``signal`` (default SIGTERM).
   ``batches``: deterministic sampler: a list of global batches, each a list of per-rank lists of
   cut ids (``[[ids of rank 0], [ids of rank 1]]``); one process gets their concatenation.
@@ -216,6 +217,7 @@ def hooks(spec: Optional[dict]):
                     logging.shutdown()
                     os._exit(f.get("code", 7))
                 if f["kind"] == "hang":
+                    logging.getLogger("test").error("injected hang on rank %d", self.dist.rank)
                     time.sleep(3600)
                 if f["kind"] == "slow":
                     time.sleep(f.get("seconds", 0.2))
@@ -223,6 +225,9 @@ def hooks(spec: Optional[dict]):
                     import signal
 
                     os.kill(os.getpid(), getattr(signal, f.get("signal", "SIGTERM")))
+        for f in faults:  # NaN features of one utterance (a real non-finite loss, of that utterance alone)
+            if f["kind"] == "nan_feats" and matches(f, self) and f["utt"] in batch["ids"]:
+                batch["feats"][batch["ids"].index(f["utt"])] = float("nan")
         ran: list[int] = []
         hooks = [layer.register_forward_pre_hook(lambda mod, args, i=i: ran.append(i))
                  for i, layer in enumerate(self.model.encoder.layers)] if spec.get("record_layers") else []

@@ -1,13 +1,14 @@
 """Faults during training: a crashed rank (torchrun job exits non-zero, nothing left running), a
 hung rank (collective timeout -> error naming the rank), NaN losses (skipped and counted; a run
 of them stops training with a checkpoint from before them), unreadable audio (skipped and
-counted, or fatal, per ``data.on_bad_audio``), and a full disk while checkpointing (the previous
+counted, or fatal, per ``data.on_bad_audio``), and a failed checkpoint rename (the previous
 checkpoint stays intact and a rerun resumes from it), SIGTERM (stop at a step boundary with a
 checkpoint)."""
 from __future__ import annotations
 
 import errno
 import os
+import re
 import time
 
 import pytest
@@ -51,8 +52,8 @@ def test_crashed_rank_ends_torchrun_job(corpus, tmp_path):
 
 def test_hung_rank_times_out_with_error_naming_rank(corpus, tmp_path):
     """Rank 1 hangs before its forward of batch 2; rank 0 waits in the step's collective, which
-    times out after train.dist_timeout_s: rank 0 exits 1 with a message naming itself and the
-    timeout (torchrun would then stop rank 1; here the test does)."""
+    times out after train.dist_timeout_s: rank 0 exits 1 naming rank 1 as the one that hangs, and
+    rank 1 (whose main thread is stuck) is ended by its watchdog at once, without a launcher."""
     exp = tmp_path / "exp"
     ovr = H.overrides(corpus, train__dist_timeout_s=4, train__max_epochs=3)
     spec = {"faults": [{"kind": "hang", "rank": 1, "epoch": 1, "batches": [2]}]}
@@ -60,14 +61,17 @@ def test_hung_rank_times_out_with_error_naming_rank(corpus, tmp_path):
     try:
         t0 = time.time()
         procs[0].join(90)
+        procs[1].join(10)
         waited = time.time() - t0
-        assert procs[0].exitcode == 1
-        assert procs[1].is_alive()  # still hung: its launcher must end it
+        assert [p.exitcode for p in procs] == [1, 1]
     finally:
         H.join_all(procs, 0)
     assert waited < 60
     log = _log(exp)
-    assert "rank 0/2: a collective operation failed" in log and "train.dist_timeout_s=4" in log, log[-2000:]
+    assert re.search(r"rank 0/2: rank 1 \(host \S+, pid \d+\) hangs: busy at epoch 1 batch 2 for \d+ s, not in a "
+                     r"collective\. This rank's collective .* at epoch 1 batch 2 waited longer than "
+                     r"train.dist_timeout_s=4 s", log), log[-2000:]
+    assert "rank 1/2: ending this rank: rank 0 failed: rank 0/2: rank 1" in (exp / "logs" / "train.rank1.log").read_text()
 
 
 def test_nan_loss_is_skipped_and_counted(corpus, tmp_path):
@@ -110,7 +114,7 @@ def test_unreadable_audio_skip_or_raise(corpus, tmp_path):
         fail = tmp_path / "raise"
         assert H.run_inprocess(fail, H.overrides(corpus, data__on_bad_audio="raise")) == 1
         log = _log(fail)
-        assert "AudioError" in log and uid in log and f"{uid}.flac" in log
+        assert f"cannot load audio of utterance {uid!r}" in log and f"{uid}.flac" in log and "on_bad_audio=skip" in log
     finally:
         H.restore_audio(saved)
 
@@ -121,28 +125,22 @@ def test_sigterm_stops_at_step_boundary_with_checkpoint(corpus, tmp_path):
     exp = tmp_path / "exp"
     batches = [[[i]] for i in H.train_ids(corpus)[:5]]
     spec = {"batches": batches, "faults": [{"kind": "signal", "epoch": 1, "batches": [2]}]}
-    assert H.run_inprocess(exp, H.overrides(corpus), spec) == 1
+    assert H.run_inprocess(exp, H.overrides(corpus), spec) == 75  # EXIT_INTERRUPTED: rerun to resume
     assert "training interrupted by SIGTERM at step 2; checkpoint saved" in _log(exp)
     assert [p.name for p in list_checkpoints(exp)] == ["step-00000002.pt"]
     assert H.run_inprocess(exp, H.overrides(corpus), {"batches": batches}) == 0
     assert H.info(exp)["steps"] == 5
 
 
-@pytest.mark.parametrize("where", ["write", "rename"])
-def test_full_disk_while_saving_keeps_previous_checkpoint(corpus, tmp_path, monkeypatch, where):
+def test_failed_rename_keeps_previous_checkpoint(corpus, tmp_path, monkeypatch):
+    """The rename of a complete checkpoint fails (ENOSPC, on file systems that allocate there):
+    the previous checkpoint stays, no temporary is left. A real full disk while writing is
+    tested on a real small file system in test_robustness.py."""
     import asrkit.utils
 
     exp = tmp_path / "exp"
-    real_save, real_replace = torch.save, os.replace
+    real_replace = os.replace
     calls = {"n": 0}
-
-    def failing_save(obj, f, *a, **k):
-        calls["n"] += 1
-        if calls["n"] == 2:  # the second checkpoint: half-written, then the disk is full
-            with open(f, "wb") as fh:
-                fh.write(b"PK\x03\x04 half a checkpoint")
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real_save(obj, f, *a, **k)
 
     def failing_replace(src, dst):
         if str(dst).endswith(".pt"):
@@ -151,10 +149,7 @@ def test_full_disk_while_saving_keeps_previous_checkpoint(corpus, tmp_path, monk
                 raise OSError(errno.ENOSPC, "No space left on device")
         return real_replace(src, dst)
 
-    if where == "write":
-        monkeypatch.setattr(torch, "save", failing_save)
-    else:
-        monkeypatch.setattr(asrkit.utils.os, "replace", failing_replace)
+    monkeypatch.setattr(asrkit.utils.os, "replace", failing_replace)
     ovr = H.overrides(corpus, train__ckpt_every_steps=1, train__max_steps=4)
     assert H.run_inprocess(exp, ovr) == 1
     assert "cannot write checkpoint" in _log(exp) and "No space left on device" in _log(exp)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import re
 import sys
 from pathlib import Path
 from typing import Callable, Iterator, List, Optional
@@ -28,29 +27,21 @@ def load_tokenizer(path: str | Path):
     return _load(path)
 
 
-def _token_normalizer() -> Callable[[str], str]:
-    try:
-        from asrkit.tokenizer import normalize_for_tokens
+def _token_normalizer(fold: str = "none") -> Callable[[str], str]:
+    from asrkit.tokenizer import normalize_for_tokens
 
-        return normalize_for_tokens
-    except ImportError:  # pragma: no cover - the tokenizer module is part of the package
-
-        def norm(text: str) -> str:
-            text = re.sub(r"[^a-z' ]+", " ", text.lower())
-            return re.sub(r"\s+", " ", text).strip()
-
-        return norm
+    return lambda text: normalize_for_tokens(text, fold)
 
 
 NORMALIZERS = ("tokens", "lower", "none")
 
 
-def iter_sentences(paths: List[Path], normalize: str = "tokens") -> Iterator[str]:
-    """Normalized sentences from text files or Lhotse manifests."""
+def iter_sentences(paths: List[Path], normalize: str = "tokens", fold: str = "none") -> Iterator[str]:
+    """Normalized sentences from text files or Lhotse manifests (``fold``: as the tokenizer's)."""
     from asrkit.decode.ngram import read_texts
 
     if normalize == "tokens":
-        fn = _token_normalizer()
+        fn = _token_normalizer(fold)
     elif normalize == "lower":
         fn = str.lower
     elif normalize == "none":
@@ -71,7 +62,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     from asrkit.decode.ngram import NgramLM
 
-    sents = tqdm(iter_sentences(args.text, args.normalize), desc="lm counts", unit=" sent", disable=None)
+    sents = tqdm(iter_sentences(args.text, args.normalize, args.fold), desc="lm counts", unit=" sent", disable=None)
     lm = NgramLM.train(sents, order=args.order, smoothing=args.smoothing)
     lm.write_arpa(args.out)
     print(f"{lm} ({args.smoothing}) -> {args.out}")
@@ -109,6 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="interpolated modified Kneser-Ney (default) or interpolated Witten-Bell")
     t.add_argument("--normalize", default="tokens", choices=list(NORMALIZERS),
                    help="text normalization: as the tokenizer does (default), lower-case only, or none")
+    t.add_argument("--fold", default="none", choices=["none", "ascii"],
+                   help="with --normalize tokens: fold accented letters to ASCII first (as `asrkit tokens --fold`)")
     t.add_argument("--out", type=Path, required=True, help="ARPA file to write (.gz for gzip)")
     g = sub.add_parser("graph", help="build a TLG decoding graph for a tokenizer and an ARPA LM")
     g.add_argument("--tokens", type=Path, required=True, help="tokenizer file or directory (asrkit tokens)")

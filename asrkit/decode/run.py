@@ -178,6 +178,20 @@ def parse_decode_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
     return pairs
 
 
+def _missing_sets(cfg, sets: list[str]) -> str:
+    """A one-line error for the first set without a cuts manifest ("" when all have one)."""
+    from asrkit.data.manifests import manifest_path
+
+    for s in sets:
+        path = manifest_path(cfg.data.manifest_dir, cfg.data.corpus, "cuts", s)
+        if not path.is_file():
+            prefix = f"{cfg.data.corpus}_cuts_"
+            have = sorted(p.name[len(prefix):-len(".jsonl.gz")] for p in path.parent.glob(f"{prefix}*.jsonl.gz"))
+            return (f"set {s!r} has no cuts manifest {path} (sets with one there: {', '.join(have) or 'none'}); "
+                    "check --sets, or prepare that set first (run the data stages)")
+    return ""
+
+
 def main(argv: list[str] | None = None) -> int:
     from asrkit.data.manifests import load_cuts
 
@@ -208,11 +222,15 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, FileNotFoundError, ValueError) as e:
         print(f"asrkit decode: error: {e}", file=sys.stderr)
         return 2
+    missing = _missing_sets(cfg, sets)  # before decoding anything
+    if missing:
+        print(f"asrkit decode: error: {missing}", file=sys.stderr)
+        return 2
     hop = cfg.decode.hop or cfg.features.hop
     from asrkit.scoring import score_dir
     from asrkit.textnorm import corpus_normalizer
 
-    norm = args.norm or corpus_normalizer(cfg.data.corpus)
+    norm = args.norm or corpus_normalizer(cfg.data.corpus, getattr(tok, "fold", "none"))  # refs folded like the training text
     from asrkit.model.asr import NoFramesError
 
     for s in sets:

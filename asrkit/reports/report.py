@@ -213,14 +213,19 @@ def _score_all(exp_dir: Path, norm: Optional[str]) -> None:
 
     from asrkit.scoring import DEFAULT_BINS, score_dir
     from asrkit.textnorm import corpus_normalizer
+    from asrkit.tokenizer import tokenizer_fold
 
-    bins, corpus = DEFAULT_BINS, "none"
+    bins, corpus, fold = DEFAULT_BINS, "none", "none"
     cfg_path = exp_dir / "config.yaml"
     if cfg_path.is_file():
         cfg = yaml.safe_load(cfg_path.read_text()) or {}
         bins = tuple(cfg.get("decode", {}).get("bins", DEFAULT_BINS))
         corpus = cfg.get("data", {}).get("corpus", "none")
-    norm = norm or corpus_normalizer(corpus)
+        tok = Path(str(cfg.get("tokens", {}).get("path") or ""))
+        if tok.parts and not tok.is_absolute() and not tok.is_file():  # relative to the recipe dir
+            tok = exp_dir.resolve().parent.parent / tok
+        fold = tokenizer_fold(tok) if tok.parts else "none"
+    norm = norm or corpus_normalizer(corpus, fold)  # references folded as the model's training text
     dirs = sorted(d for d in exp_dir.glob("decode_*") if (d / "hyp.jsonl").is_file())
     if not dirs:
         raise ValueError(f"no decode_*/hyp.jsonl in {exp_dir} (run the decode stage first)")

@@ -11,7 +11,9 @@ module              what
 ``validation``      dev loss and greedy WER per duration bin
 ``sync``            how DDP ranks agree before every batch (:class:`~asrkit.training.sync.StepVote`)
 ``distributed``     process-group set-up, small collectives, per-rank logs
-``signals``         SIGTERM / SIGUSR1: stop at the next step boundary with a checkpoint
+``signals``         SIGTERM / SIGINT / SIGUSR1: stop at the next step boundary with a checkpoint
+``lock``            one writer per experiment dir (``EXP/train.lock``, safe on NFS/Lustre)
+``watchdog``        a thread per rank: the launcher's death, a failed or hung peer
 ``checks``          the whole config checked before any work; `asrkit config`
 ``command``         `asrkit train` (single process or under torchrun)
 ``average``         `asrkit average`: averaging of checkpoints

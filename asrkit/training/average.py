@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from asrkit.checkpoint import checkpoint_dir, list_checkpoints, read_index
+from asrkit.checkpoint import checkpoint_dir, checkpoint_index, list_checkpoints
 from asrkit.utils import atomic_path
 
 logger = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ def select(exp_dir: Path | str, num: int, by: str = "last") -> list[Path]:
     if by == "last":
         chosen = epochs[-num:]
     elif by == "best":
-        index = read_index(exp_dir)
+        index = checkpoint_index(exp_dir)
         scored = [p for p in epochs if (index.get(p.name) or {}).get("dev_wer") is not None]
         if not scored:
             raise AverageError(f"no epoch checkpoint in {d} has a dev WER in index.json (was data.dev_set empty?); "

@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
 
 from asrkit.training import TrainingError
 
@@ -36,3 +40,21 @@ class BadSteps:
             f"epoch {epoch} batch {batch}; stopping. Checkpoint {checkpoint} holds the state from before them (step "
             f"{step}, epoch {b['epoch']} batch {b['batch_in_epoch']}). Check the data and lower optim.lr (or raise "
             "optim.warmup_steps / use optim.clip_grad), in a new --exp-dir.")
+
+
+@torch.no_grad()
+def nonfinite_utterances(out: dict, batch: dict) -> Optional[list[str]]:
+    """Ids of the utterances of a batch whose own CTC loss (or encoder output) is not finite, from
+    the model output ``out`` of that batch; None when no single utterance is (e.g. an attention
+    loss, or a model without a CTC head)."""
+    enc = out.get("enc")
+    if enc is None or getattr(enc, "log_probs", None) is None:
+        return None
+    lp, lens = enc.log_probs.float(), enc.lengths
+    bad = [not bool(torch.isfinite(lp[i, :int(lens[i])]).all()) for i in range(lp.shape[0])]
+    if "targets" in batch and "target_lens" in batch:
+        per = F.ctc_loss(lp.transpose(0, 1), batch["targets"], lens, batch["target_lens"], blank=0,
+                         reduction="none", zero_infinity=False)
+        bad = [b or not bool(torch.isfinite(x)) for b, x in zip(bad, per)]
+    ids = [i for i, b in zip(batch["ids"], bad) if b]
+    return ids or None

@@ -3,7 +3,7 @@
 A checkpoint holds the state at the trainer's last step boundary: model (and its moving average),
 optimizer, scheduler, grad scaler, the training position (step, epoch, batch in the epoch), the
 RNG states of every rank, counters, and what must not change for a resume to be right (config,
-world size, data fingerprint, vocabulary; :func:`asrkit.training.state.resume_problems`).
+world size, data fingerprints, vocabulary, CPU threads; :func:`asrkit.training.state.resume_problems`).
 Files are written atomically by :mod:`asrkit.checkpoint`; rank 0 writes, every rank takes part
 (the RNG states are gathered).
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Optional
@@ -21,10 +22,18 @@ from asrkit.checkpoint import checkpoint_dir, list_checkpoints, load_latest, rem
 from asrkit.config import dump_config, to_dict
 from asrkit.training import TrainingError
 from asrkit.training.distributed import DistributedError, all_gather_object, broadcast_object, check_same
-from asrkit.training.state import resume_problems, set_rng_state
+from asrkit.training.state import resume_problems, set_rng_state, thread_warning
 from asrkit.utils import atomic_write
 
 logger = logging.getLogger("asrkit.train")
+
+
+def _free_space(d: Path) -> str:
+    try:
+        st = os.statvfs(d)
+    except OSError:
+        return ""
+    return f" ({st.f_bavail * st.f_frsize / 2**20:.1f} MB free on that file system)"
 
 
 class Checkpointer:
@@ -48,14 +57,15 @@ class Checkpointer:
             "rng": rng_per_rank,  # one entry per rank
             "config": to_dict(t.cfg),
             "world_size": t.dist.world_size,
-            "data_fingerprint": t.fingerprint,
+            **t.fingerprints,
             "vocab": list(t.tokenizer.tokens),
+            "threads": torch.get_num_threads(),  # results depend on it (thread_warning)
             "counters": dict(t.counters),
         }
 
     def load_state_dict(self, st: dict, path: Path) -> None:
         t = self.t
-        problems = resume_problems(st, to_dict(t.cfg), t.dist.world_size, t.fingerprint, t.tokenizer.tokens)
+        problems = resume_problems(st, to_dict(t.cfg), t.dist.world_size, t.fingerprints, t.tokenizer.tokens)
         if problems:
             raise TrainingError(f"cannot resume from {path}: " + "; ".join(problems) +
                                 f". Rerun with the original settings, or use a new --exp-dir (or move {path.parent} "
@@ -71,6 +81,9 @@ class Checkpointer:
         rng = st["rng"]
         set_rng_state(rng[t.dist.rank] if isinstance(rng, list) else rng)
         logger.info("resumed from %s: epoch %d, batch %d, step %d", path, t.epoch, t.batch_in_epoch, t.step)
+        warning = thread_warning(st, torch.get_num_threads())
+        if warning and t.dist.is_main:
+            logger.warning("resuming from %s: %s", path, warning)
 
     def resume(self) -> bool:
         """Rank 0 picks the newest loadable checkpoint; every rank loads that one."""
@@ -102,12 +115,12 @@ class Checkpointer:
             try:
                 save_checkpoint(t.exp_dir, name, self.state_dict(rngs), t.cfg.train.keep_last, info)
             except OSError as e:
-                err = f"{type(e).__name__}: {e}"
+                err = f"{e.strerror or e}{_free_space(checkpoint_dir(t.exp_dir))}"
         err = broadcast_object(err)
         path = checkpoint_dir(t.exp_dir) / f"{name}.pt"
         if err is not None:
             kept = ", ".join(p.name for p in list_checkpoints(t.exp_dir)) or "none"
-            raise TrainingError(f"cannot write checkpoint {path} ({err}). The previous checkpoints are intact "
+            raise TrainingError(f"cannot write checkpoint {path}: {err}. The previous checkpoints are intact "
                                 f"({kept}); free space and rerun to resume from the newest.")
         self.saved_at = t.progress()
         self.wall += time.time() - t0
@@ -130,10 +143,12 @@ class Checkpointer:
                 "steps_per_sec": t.step / wall, "bad_steps": c["bad_steps"],
                 "fp16_overflow_steps": c["overflow_steps"], "bad_audio": c["bad_audio"],
                 "empty_batches": c["empty_batches"], "unequal_epochs": c["unequal_epochs"],
-                "dropped_utterances": t.drop_stats.counts, "world_size": t.dist.world_size,
+                "dropped_utterances": t.drop_stats.counts, "outside_alphabet": t.alphabet,
+                "world_size": t.dist.world_size,
                 "threads": torch.get_num_threads(), "stopped_by": t.stop or "train.max_epochs reached"}
         with atomic_write(t.exp_dir / "train_info.json") as f:
             json.dump(info, f, indent=1)
-        logger.info("training done: %d steps, %.0f audio-seconds in %.0f s (%.1f audio-s/s, %d bad steps, "
-                    "%d unreadable utterances skipped)", t.step, c["audio_seconds"], c["train_wall"],
+        logger.info("training %s: %d steps, %.0f audio-seconds in %.0f s (%.1f audio-s/s, %d bad steps, "
+                    "%d unreadable utterances skipped)", "stopped" if (t.stop or "").startswith("signal") else "done",
+                    t.step, c["audio_seconds"], c["train_wall"],
                     info["audio_sec_per_sec"], c["bad_steps"], c["bad_audio"])

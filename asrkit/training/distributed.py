@@ -11,14 +11,17 @@ node and exits non-zero; under SLURM ``srun --kill-on-bad-exit=1`` stops the oth
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
 import logging
 import os
 import pickle
-from dataclasses import dataclass
+import re
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -91,6 +94,29 @@ def init_distributed(device_pref: str = "auto", timeout_s: float = 600.0) -> tup
     return info, device
 
 
+@dataclass
+class Activity:
+    """What this rank's main thread is doing, for the watchdog thread
+    (:mod:`asrkit.training.watchdog`), which tells the other ranks and names a rank that hangs."""
+
+    collectives: int = 0  #: collectives of the helpers below entered so far
+    waiting: str = ""  #: the collective it waits in now ("" = it is not waiting in one of them)
+    since: float = field(default_factory=time.time)  #: when it started waiting / stopped waiting
+    position: str = "starting"  #: where training is ("epoch 2 batch 17", "validation", ...), set by the loop
+
+
+ACTIVITY = Activity()
+
+
+@contextlib.contextmanager
+def _collective(what: str):
+    a = ACTIVITY
+    a.collectives += 1
+    a.waiting, a.since = f"{what} #{a.collectives}", time.time()
+    yield  # a collective that fails leaves `waiting` set: the watchdog's report names it
+    a.waiting, a.since = "", time.time()
+
+
 def is_dist() -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
@@ -100,8 +126,9 @@ def all_reduce_sum(values: Sequence[float], device: torch.device) -> list[float]
     if not is_dist():
         return [float(v) for v in values]
     t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=device)
-    dist.all_reduce(t)
-    return t.tolist()
+    with _collective("all_reduce"):
+        dist.all_reduce(t)
+        return t.tolist()
 
 
 def broadcast_object(obj: Any, src: int = 0) -> Any:
@@ -109,7 +136,8 @@ def broadcast_object(obj: Any, src: int = 0) -> Any:
     if not is_dist():
         return obj
     box = [obj]
-    dist.broadcast_object_list(box, src=src)
+    with _collective("broadcast"):
+        dist.broadcast_object_list(box, src=src)
     return box[0]
 
 
@@ -118,13 +146,15 @@ def all_gather_object(obj: Any) -> list:
     if not is_dist():
         return [obj]
     out: list = [None] * dist.get_world_size()
-    dist.all_gather_object(out, obj)
+    with _collective("all_gather"):
+        dist.all_gather_object(out, obj)
     return out
 
 
 def barrier() -> None:
     if is_dist():
-        dist.barrier()
+        with _collective("barrier"):
+            dist.barrier()
 
 
 def digest(obj: Any) -> str:
@@ -145,15 +175,35 @@ def check_same(what: str, value: Any) -> None:
                                "on the same files (shared file system, same config and manifests)")
 
 
-def describe_failure(info: DistInfo, exc: BaseException) -> str:
-    """A one-line message for an exception that ended this rank (collective timeouts named as such)."""
-    text = f"{type(exc).__name__}: {exc}".strip()
+def original_error(exc: BaseException) -> str:
+    """``exc``'s message; for an exception a DataLoader worker raised, the worker's own message:
+    torch re-raises it in the main process as "Caught X in DataLoader worker process N." followed
+    by the worker's traceback, which ends with ``module.X: message``."""
+    text = str(exc)
+    if "in DataLoader worker process" not in text:
+        return text
+    lines = text.rstrip().splitlines()
+    name = type(exc).__name__
+    for i in range(len(lines) - 1, 0, -1):
+        m = re.match(rf"^(?:[\w.]+\.)?{re.escape(name)}: (.*)$", lines[i])
+        if m:
+            return " ".join([m.group(1)] + [ln.strip() for ln in lines[i + 1:]])
+    return lines[-1]
+
+
+def describe_failure(info: DistInfo, exc: BaseException, explain: Optional[Callable[[], str]] = None) -> str:
+    """A one-line message for an exception that ended this rank. A failed collective says so and,
+    with ``explain`` (:meth:`asrkit.training.watchdog.Watchdog.explain`), which ranks did not arrive."""
+    text = f"{type(exc).__name__}: {original_error(exc)}".strip()
     low = text.lower()
+    first = text.splitlines()[0][:500] if text else type(exc).__name__
     if info.distributed and any(k in low for k in ("timed out", "timeout", "connection closed", "connection reset",
                                                    "broken pipe", "nccl", "gloo", "peer")):
+        if explain is not None:
+            return f"{info}: {explain()} ({first[:300]})"
         return (f"{info}: a collective operation failed (another rank crashed, or hung longer than "
-                f"train.dist_timeout_s={info.timeout_s:g} s): {text.splitlines()[0][:500]}")
-    return f"{info}: {text.splitlines()[0][:500] if text else type(exc).__name__}"
+                f"train.dist_timeout_s={info.timeout_s:g} s): {first}")
+    return f"{info}: {first}"
 
 
 class _RankFilter(logging.Filter):

@@ -14,7 +14,10 @@ import torch
 
 from asrkit.data.dataset import AsrDataset, filter_cuts
 from asrkit.data.manifests import load_cuts
+from asrkit.tokenizer import alphabet_report
 from asrkit.training import TrainingError
+from asrkit.training.distributed import original_error
+from asrkit.training.signals import worker_ignores_stop_signals
 from asrkit.utils import RECIPE_CMD_ENV, remedy
 
 logger = logging.getLogger("asrkit.train")
@@ -32,6 +35,19 @@ def load_train_cuts(cfg, tokenizer, where: str = "train"):
     if len(cuts) == 0:
         raise TrainingError(f"no usable {where} utterances in {sets} ({stats})")
     return cuts, stats
+
+
+def alphabet_check(cuts, tokenizer, where: str, warn: bool = True) -> dict:
+    """Count (and warn about, with examples) the training transcripts with letters or digits the
+    tokenizer cannot represent (they are dropped from their words); for ``train_info.json``."""
+    def utts():
+        for c in cuts:
+            yield c.id, " ".join(s.text for s in c.supervisions if s.text)
+
+    report = alphabet_report(utts(), getattr(tokenizer, "fold", "none"))
+    if warn and report.utterances:
+        logger.warning("%s", report.describe(where))
+    return report.to_dict()
 
 
 def load_data(cfg, tokenizer):
@@ -102,6 +118,7 @@ def make_loader(cfg, tokenizer, sampler, epoch: int, train: bool) -> torch.utils
         ds = AsrDataset(*args, seed=cfg.train.seed)
     ds.set_epoch(epoch)
     nw = cfg.data.num_workers
+    # workers leave stop signals to the main process (asrkit.training.signals)
     return torch.utils.data.DataLoader(ds, sampler=sampler, batch_size=None, num_workers=nw,
                                        persistent_workers=False, prefetch_factor=4 if nw else None,
                                        worker_init_fn=_loader_worker_init if nw else None, pin_memory=_uses_cuda(cfg))
@@ -109,13 +126,22 @@ def make_loader(cfg, tokenizer, sampler, epoch: int, train: bool) -> torch.utils
 
 def _loader_worker_init(worker_id: int) -> None:
     """A loader worker computes with one thread: the cores belong to the training step (the worker
-    only keeps a few batches ready; torch sets this too, said here so that it stays so)."""
+    only keeps a few batches ready; torch sets this too, said here so that it stays so). It leaves
+    stop signals to the main process (:mod:`asrkit.training.signals`)."""
     torch.set_num_threads(1)
+    worker_ignores_stop_signals(worker_id)
 
 
 def _uses_cuda(cfg) -> bool:
     """Page-locked batches (``pin_memory``) when training on a GPU: their copy to the device overlaps compute."""
     return cfg.train.device == "cuda" or (cfg.train.device == "auto" and torch.cuda.is_available())
+
+
+def bad_audio_message(e: BaseException) -> str:
+    """One line for unreadable audio met with ``data.on_bad_audio=raise``: the utterance and file
+    (also when a DataLoader worker met it) and what to do."""
+    return (f"{original_error(e)}. Fix or remove that file, or set data.on_bad_audio=skip to skip such "
+            "utterances (counted in train_info.json)")
 
 
 @contextlib.contextmanager

@@ -20,19 +20,21 @@ from typing import Optional
 
 import torch
 
+from asrkit.data.audio import AudioError
 from asrkit.data.dataset import stable_seed
 from asrkit.data.sampling import ResumableSampler, make_sampler
 from asrkit.model import build_model
 from asrkit.model.asr import NoFramesError
 from asrkit.tokenizer import load_tokenizer
 from asrkit.training import TrainingError
-from asrkit.training.bad_steps import BadSteps
+from asrkit.training.bad_steps import BadSteps, nonfinite_utterances
 from asrkit.training.checkpointing import Checkpointer
-from asrkit.training.distributed import DistInfo, all_reduce_sum, broadcast_object, check_same, digest
-from asrkit.training.inputs import load_data, make_loader, n_utts, rng_untouched, stand_in_batch, to_device
+from asrkit.training.distributed import ACTIVITY, DistInfo, all_reduce_sum, broadcast_object, check_same, digest
+from asrkit.training.inputs import alphabet_check, bad_audio_message, load_data, make_loader, n_utts, rng_untouched, stand_in_batch, to_device
 from asrkit.training.monitor import Monitor
 from asrkit.training.optim import AMP_DTYPES, make_optimizer, make_scheduler, update_ema
-from asrkit.training.state import data_fingerprint, rng_state, seed_all
+from asrkit.training.signals import Interrupted, stop_signals_deferred
+from asrkit.training.state import fingerprints, rng_state, seed_all
 from asrkit.training.sync import StepVote
 from asrkit.training.validation import validate
 
@@ -48,8 +50,10 @@ class Trainer:
         check_same("the resolved config (digest)", digest(dump_config(cfg)))
         self.tokenizer = load_tokenizer(cfg.tokens.path)
         self.train_cuts, self.drop_stats, self.dev_cuts = load_data(cfg, self.tokenizer)
-        self.fingerprint = data_fingerprint(self.train_cuts)
-        check_same("the training data (fingerprint of utterance ids and durations)", self.fingerprint)
+        self.alphabet = alphabet_check(self.train_cuts, self.tokenizer,
+                                       f"{cfg.data.corpus}/{'+'.join(cfg.data.train_sets)}", warn=dist_info.is_main)
+        self.fingerprints = fingerprints(self.train_cuts, self.tokenizer)
+        check_same("the training data (fingerprints of utterances, transcripts, tokenizer)", self.fingerprints)
         torch.manual_seed(self.seed)  # identical initial weights on every rank (DDP also broadcasts rank 0's)
         self.model = build_model(cfg, self.tokenizer.vocab_size).to(device)
         logger.info("model: %.2f M parameters, pos_enc=%s, %s, device %s",
@@ -83,6 +87,8 @@ class Trainer:
         self._spare: Optional[dict] = None  # last non-empty batch of this rank (stand-in for an empty one)
         self.bad = BadSteps(cfg.train.max_bad_steps)
         self._last_grad_norm = 0.0
+        self._culprits: Optional[list] = None  # utterances of the last forward with a non-finite loss
+        self._own_bad = False  # this rank's loss of the last micro-batch was not finite
         self._cycle_loss = [0.0, 0]  # loss sum, utterances of the current accumulation cycle (all ranks)
 
     # ------------------------------------------------------------------ the loop
@@ -115,8 +121,8 @@ class Trainer:
             logger.info("stopping: %s", self.stop)
         self.finish()
         if self.stop and self.stop.startswith("signal"):
-            raise TrainingError(f"training interrupted by {self.stop[7:]} at step {self.step}; checkpoint saved, "
-                                "rerun the same command to resume")
+            raise Interrupted(f"training interrupted by {self.stop[7:]} at step {self.step}; checkpoint saved, "
+                              "rerun the same command to resume")
 
     def train_epoch(self, sampler) -> None:
         """One epoch (or its rest, when resuming). Before each batch the ranks agree (one small
@@ -126,8 +132,8 @@ class Trainer:
 
         accum = self.cfg.train.accum_grad
         loader = make_loader(self.cfg, self.tokenizer, sampler, self.epoch, train=True)
-        with rng_untouched(stable_seed(self.seed, "loader", self.epoch, self.dist.rank)):
-            it = iter(loader)
+        with rng_untouched(stable_seed(self.seed, "loader", self.epoch, self.dist.rank)), stop_signals_deferred():
+            it = iter(loader)  # workers forked with stop signals blocked (asrkit.training.signals)
         fetched = self.batch_in_epoch
 
         def fetch() -> Optional[dict]:
@@ -136,7 +142,10 @@ class Trainer:
             nonlocal fetched
             fetched += 1
             with rng_untouched(stable_seed(self.seed, "batch", self.epoch, fetched, self.dist.rank)):
-                return next(it, None)
+                try:
+                    return next(it, None)
+                except AudioError as e:  # data.on_bad_audio=raise (else the dataset skips it)
+                    raise TrainingError(bad_audio_message(e)) from None
 
         self.ddp_model.train()
         bar = tqdm(desc=f"epoch {self.epoch}", initial=self.batch_in_epoch, disable=not self.dist.is_main,
@@ -146,6 +155,7 @@ class Trainer:
             while True:
                 nxt = fetch() if cur is not None else None
                 at_boundary = micro == 0
+                ACTIVITY.position = f"epoch {self.epoch} batch {self.batch_in_epoch + 1}"
                 vote = StepVote.of(cur, nxt, at_boundary and self._time_up(),
                                    at_boundary and self.signalled is not None).all_reduce(self.device)
                 if vote.missing > 0:  # some rank has no batch at all (only possible at the start of an epoch)
@@ -172,7 +182,7 @@ class Trainer:
                                    "(unreadable audio); nothing to train on", self.epoch, self.batch_in_epoch)
                 else:
                     self.bad_step(f"non-finite loss at epoch {self.epoch} batch {self.batch_in_epoch} "
-                                  f"(utterances of this rank: {','.join(cur['ids'][:5]) or '-'})")
+                                  f"({self._bad_loss_where(cur)})")
                 if micro == accum or vote.last > 0:
                     stepped = self.optimizer_step(n_good)
                     micro = n_good = 0
@@ -201,6 +211,7 @@ class Trainer:
             loss_sum = self.forward(local)
             if not real:
                 loss_sum = loss_sum * 0.0  # a stand-in: runs the collectives, contributes nothing
+            self._own_bad = real and not bool(torch.isfinite(loss_sum))
             bad, glob = all_reduce_sum([0.0 if bool(torch.isfinite(loss_sum)) else 1.0, float(loss_sum.detach())],
                                        self.device)
             if bad > 0:
@@ -219,7 +230,10 @@ class Trainer:
                 out = self.ddp_model(batch)
             except NoFramesError as e:
                 raise e.naming(batch["ids"]) from None
-        return out["loss"].float() * out["n_utts"]
+        loss = out["loss"].float() * out["n_utts"]
+        # which utterances made it non-finite (only then: costs nothing on good steps)
+        self._culprits = None if bool(torch.isfinite(loss)) else nonfinite_utterances(out, batch)
+        return loss
 
     def optimizer_step(self, n_good: int) -> bool:
         """Optimizer step at the end of an accumulation cycle; True if parameters were updated."""
@@ -278,6 +292,7 @@ class Trainer:
             self.stop = "train.max_steps reached"
 
     def validate(self) -> dict:
+        ACTIVITY.position = f"validation after epoch {self.epoch}"
         model = self.ema_model if self.ema_model is not None else self.model
         info, res = validate(model, self.dev_cuts, self.cfg, self.tokenizer, self.dist, self.device, self.seed,
                              self.amp_dtype)
@@ -307,6 +322,15 @@ class Trainer:
             self.boundary = self.bad.before  # no optimizer step since then: model and optimizer are that state's
             path = self.ckpt.save(f"step-{self.step:08d}", {"stopped": f"{self.bad.in_a_row} consecutive non-finite steps"})
             raise self.bad.error(path, self.step, self.epoch, self.batch_in_epoch)
+
+    def _bad_loss_where(self, batch: Optional[dict]) -> str:
+        """Which utterances a non-finite loss came from, as far as this rank can tell."""
+        if not self._own_bad:
+            return "on another rank; this rank's utterances are fine"
+        ids = batch["ids"] if batch else []
+        if self._culprits:
+            return f"utterance(s) with a non-finite loss: {', '.join(self._culprits)}; of {len(ids)} in this rank's batch"
+        return f"not from single utterances; this rank's batch: {', '.join(ids) or '-'}"
 
     def _unequal(self, n_out: float, mine_left: bool) -> None:
         """The epoch ends because ``n_out`` ranks have no more batches; if others still had some,

@@ -1,13 +1,15 @@
 """What a checkpoint must hold to resume exactly, and when resuming would be wrong.
 
 * RNG states (python, numpy, torch, CUDA) and seeding;
-* the fingerprint of the training data;
+* the fingerprints of the training data: utterances, transcripts, tokenizer;
+* :func:`thread_warning`: a resume with another CPU thread count is not bitwise;
 * :func:`resume_problems`: the reasons a checkpoint cannot be resumed by this run (config,
   world size, data or tokenizer changed), each said in words.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 
 import numpy as np
@@ -48,6 +50,45 @@ def data_fingerprint(cuts) -> str:
     return h.hexdigest()[:16]
 
 
+def text_fingerprint(cuts) -> str:
+    """A digest of the transcripts the model is trained on (as the dataset joins them)."""
+    h = hashlib.sha256()
+    for c in sorted(cuts, key=lambda c: c.id):
+        text = " ".join(s.text for s in c.supervisions if s.text)
+        h.update(f"{c.id}\t{text}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    """A digest of the tokenizer as saved (kind, sentencepiece model, text mapping)."""
+    return hashlib.sha256(json.dumps(tokenizer.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def fingerprints(cuts, tokenizer) -> dict:
+    """What a checkpoint records of the data a run trains on (compared on resume)."""
+    return {"data_fingerprint": data_fingerprint(cuts), "text_fingerprint": text_fingerprint(cuts),
+            "tokenizer_fingerprint": tokenizer_fingerprint(tokenizer)}
+
+
+#: what a change of each fingerprint means (checkpoints from before one existed skip its check)
+_FINGERPRINT_CHANGES = {
+    "data_fingerprint": "training data changed (different utterances or durations)",
+    "text_fingerprint": "transcripts of the training data changed (same utterances, other texts)",
+    "tokenizer_fingerprint": "tokenizer changed (the file at tokens.path differs)",
+}
+
+
+def thread_warning(st: dict, threads: int) -> str:
+    """Why a resume with ``threads`` intra-op threads does not continue the checkpoint's run
+    bitwise ("" when it does, or when the checkpoint predates recording it)."""
+    old = st.get("threads")
+    if old is None or old == threads:
+        return ""
+    return (f"the checkpoint was trained with {old} CPU thread(s), this run uses {threads} (train.threads; 0 = all "
+            "cores): training continues correctly, but not bitwise like an uninterrupted run, since CPU sums split "
+            f"over another number of threads round differently. Set train.threads={old} for bitwise continuation")
+
+
 def _flatten(d: dict, prefix: str = "") -> dict:
     out = {}
     for k, v in d.items():
@@ -65,9 +106,9 @@ def config_changes(old: dict, new: dict) -> list[str]:
     return [k for k in changed if not any(k == r or k.startswith(r + ".") for r in RESUMABLE_CHANGES)]
 
 
-def resume_problems(st: dict, config: dict, world_size: int, fingerprint: str, vocab: list) -> list[str]:
+def resume_problems(st: dict, config: dict, world_size: int, prints: dict, vocab: list) -> list[str]:
     """Why checkpoint ``st`` cannot be resumed by a run with this (resolved) ``config``, world size,
-    data fingerprint and tokenizer vocabulary; empty when it can."""
+    data fingerprints (:func:`fingerprints`) and tokenizer vocabulary; empty when it can."""
     problems = []
     changed = config_changes(st["config"], config)
     if changed:
@@ -76,8 +117,13 @@ def resume_problems(st: dict, config: dict, world_size: int, fingerprint: str, v
     if st["world_size"] != world_size:
         problems.append(f"world size changed: checkpoint {st['world_size']}, now {world_size} "
                         "(the sampler shards and the global batch would differ)")
-    if st["data_fingerprint"] != fingerprint:
-        problems.append("training data changed (different utterances or durations)")
+    changed = {k for k in _FINGERPRINT_CHANGES if k in st and st[k] != prints[k]}
+    if "data_fingerprint" in changed:
+        problems.append(_FINGERPRINT_CHANGES["data_fingerprint"])
+    elif "text_fingerprint" in changed:  # (other utterances have other transcripts: said once)
+        problems.append(_FINGERPRINT_CHANGES["text_fingerprint"])
     if st.get("vocab") != list(vocab):
-        problems.append("tokenizer changed")
+        problems.append("tokenizer changed (another vocabulary)")
+    elif "tokenizer_fingerprint" in changed:
+        problems.append(_FINGERPRINT_CHANGES["tokenizer_fingerprint"])
     return problems

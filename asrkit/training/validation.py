@@ -9,11 +9,15 @@ import logging
 
 import torch
 
+from asrkit.data.audio import AudioError
 from asrkit.data.dataset import stable_seed
 from asrkit.decode.ctc import ctc_greedy
 from asrkit.scoring import score_pairs
+from asrkit.training import TrainingError
 from asrkit.training.distributed import DistInfo, all_gather_object
-from asrkit.training.inputs import make_eval_sampler, make_loader, rng_untouched, to_device
+from asrkit.training.inputs import bad_audio_message, make_eval_sampler, make_loader, rng_untouched, to_device
+from asrkit.training.signals import stop_signals_deferred
+from asrkit.utils import fold_text
 
 logger = logging.getLogger("asrkit.train")
 
@@ -32,9 +36,15 @@ def validate(model: torch.nn.Module, dev_cuts, cfg, tokenizer, dist_info: DistIn
         model.eval()
         loader = make_loader(cfg, tokenizer, make_eval_sampler(CutSet.from_cuts(mine), cfg.data.max_duration),
                              epoch=0, train=False)
-        with rng_untouched(stable_seed(seed, "dev", dist_info.rank)):
+        with rng_untouched(stable_seed(seed, "dev", dist_info.rank)), stop_signals_deferred():
             it = iter(loader)
-        for batch in it:
+        while True:
+            try:
+                batch = next(it, None)
+            except AudioError as e:  # data.on_bad_audio=raise
+                raise TrainingError(f"validation: {bad_audio_message(e)}") from None
+            if batch is None:
+                break
             if not batch["ids"]:
                 continue
             batch = to_device(batch, device)
@@ -44,7 +54,8 @@ def validate(model: torch.nn.Module, dev_cuts, cfg, tokenizer, dist_info: DistIn
             tot_loss += float(out["loss"]) * out["n_utts"]
             n += out["n_utts"]
             for i, hyp in enumerate(ctc_greedy(enc.log_probs, enc.lengths)):
-                pairs.append({"id": batch["ids"][i], "ref": batch["texts"][i], "hyp": tokenizer.decode(hyp),
+                ref = fold_text(batch["texts"][i], getattr(tokenizer, "fold", "none"))  # as the model was trained
+                pairs.append({"id": batch["ids"][i], "ref": ref, "hyp": tokenizer.decode(hyp),
                               "duration": batch["durations"][i]})
         model.train(was_training)
     gathered = all_gather_object((pairs, tot_loss, n))

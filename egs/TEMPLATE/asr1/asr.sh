@@ -28,6 +28,7 @@ feats=stored       # stored: stage 2 computes the fbank of the train and dev set
 manifest_dir=data/manifests
 token_type=letters # letters | bpe | unigram
 nbpe=256
+token_fold=none    # none | ascii: fold accented letters to ASCII before tokenizing (CAFÉ -> CAFE); scoring folds refs alike
 train_config=
 train_args=        # key=value overrides for training
 expdir=
@@ -43,13 +44,26 @@ num_nodes=1        # >1: multi-node through cmd.sh's backend
 nj=2
 force=false        # true: rerun stages even if their .done marker exists
 
-__asrkit_opts="stage stop_stage corpus corpus_dir train_sets dev_set test_sets longform_sets prepare_args on_bad feats manifest_dir token_type nbpe train_config train_args expdir tag decode_args checkpoint average_num average_by lm_order lm_text ngpu num_nodes nj force"
+__asrkit_opts="stage stop_stage corpus corpus_dir train_sets dev_set test_sets longform_sets prepare_args on_bad feats manifest_dir token_type nbpe token_fold train_config train_args expdir tag decode_args checkpoint average_num average_by lm_order lm_text ngpu num_nodes nj force"
 __asrkit_append_opts="prepare_args"
 # how to rerun this recipe from its directory, for the remedies that error messages print
 # (run.sh exports its own command line; called directly, this script's)
 export ASRKIT_RECIPE_CMD=${ASRKIT_RECIPE_CMD:-$(printf '%q ' "$0" "$@")}
 . "$(dirname "${BASH_SOURCE[0]}")/utils/parse_options.sh"
 [ $# -eq 0 ] || { echo "$0: unexpected argument(s): $*" >&2; exit 2; }
+# option values are checked before any work: a typo must neither run nothing nor half a stage
+for v in stage stop_stage nbpe average_num lm_order ngpu num_nodes nj; do
+    [[ "${!v}" =~ ^[0-9]+$ ]] || { echo "$0: --${v} must be a whole number >= 0, got '${!v}'" >&2; exit 2; }
+    printf -v "$v" '%d' "$((10#${!v}))"  # 08 is 8, not an octal error later
+done
+for v in num_nodes nj nbpe; do
+    [ "${!v}" -ge 1 ] || { echo "$0: --${v} must be >= 1, got ${!v}" >&2; exit 2; }
+done
+[ "$stage" -le "$stop_stage" ] || { echo "$0: --stage $stage is after --stop_stage $stop_stage: nothing to run" >&2; exit 2; }
+for v in "token_type letters bpe unigram" "token_fold none ascii" "average_by last best" "on_bad raise skip" "force true false" "feats stored on_the_fly"; do
+    read -r name valid <<< "$v"
+    [[ " $valid " == *" ${!name} "* ]] || { echo "$0: --${name} must be one of: $valid; got '${!name}'" >&2; exit 2; }
+done
 
 for v in corpus corpus_dir train_sets test_sets train_config; do
     [ -n "${!v}" ] || { echo "$0: --${v} is required" >&2; exit 2; }
@@ -61,7 +75,7 @@ done
 
 tag=${tag:-$(basename "${train_config%.*}")}
 expdir=${expdir:-exp/${tag}}
-token_file=data/tokens/${token_type}$([ "$token_type" = letters ] || echo "$nbpe").json
+token_file=data/tokens/${token_type}$([ "$token_type" = letters ] || echo "$nbpe")$([ "$token_fold" = none ] || echo "_$token_fold").json
 markers=data/.done
 
 log() { echo "$(date '+%F %T') [asr.sh] $*"; }
@@ -82,7 +96,6 @@ if run_stage 1 $markers "data"; then
     finish_stage 1 $markers
 fi
 
-case "$feats" in stored|on_the_fly) ;; *) echo "$0: --feats $feats: valid values are stored, on_the_fly" >&2; exit 2 ;; esac
 if run_stage 2 $markers "manifests: audio check, stored fbank, long-form windows"; then
     fbank=(); [ "$feats" = stored ] && fbank=(--fbank-parts $train_sets $dev_set --train-config "$train_config" --train-args "$train_args")
     # shellcheck disable=SC2086
@@ -95,11 +108,12 @@ tok_markers=$markers/$(basename "${token_file%.json}")  # one marker per tokeniz
 if run_stage 3 "$tok_markers" "tokens ($token_type)"; then
     cuts=""; for s in $train_sets; do cuts="$cuts $manifest_dir/${corpus}_cuts_${s}.jsonl.gz"; done
     # shellcheck disable=SC2086
-    asrkit tokens --cuts $cuts --kind "$token_type" --vocab-size "$nbpe" --out "$token_file"
+    asrkit tokens --cuts $cuts --kind "$token_type" --vocab-size "$nbpe" --fold "$token_fold" --out "$token_file"
     if [ "$lm_order" -gt 0 ]; then
+        arpa=data/lm/${lm_order}gram$([ "$token_fold" = none ] || echo "_$token_fold").arpa
         # shellcheck disable=SC2086
-        asrkit lm train --text $cuts $lm_text --order "$lm_order" --out "data/lm/${lm_order}gram.arpa"
-        asrkit lm graph --tokens "$token_file" --arpa "data/lm/${lm_order}gram.arpa" --out "data/lm/graph_$(basename "${token_file%.json}")_${lm_order}gram"
+        asrkit lm train --text $cuts $lm_text --order "$lm_order" --fold "$token_fold" --out "$arpa"
+        asrkit lm graph --tokens "$token_file" --arpa "$arpa" --out "data/lm/graph_$(basename "${token_file%.json}")_${lm_order}gram"
     fi
     finish_stage 3 "$tok_markers"
 fi
@@ -112,11 +126,25 @@ if run_stage 4 "$expdir/.done" "train -> $expdir"; then
     . "$(dirname "${BASH_SOURCE[0]}")/cmd_backends.sh"
     train_launcher "$ngpu" "$num_nodes" || exit 2
     log "launcher: ${launcher[*]}"
+    : > "$expdir/.train_started"
+    rc=0
+    # a stop signal is for training (which saves and exits 75); this script waits for it, then says so
+    trap 'log "stage 4: signal received: training stops at its next step with a checkpoint"' TERM INT USR1
     # shellcheck disable=SC2086
     "${launcher[@]}" train --config "$train_config" --exp-dir "$expdir" \
         data.corpus="$corpus" data.manifest_dir="$manifest_dir" data.train_sets="$train_sets_yaml" \
         data.dev_set="$dev_set" tokens.kind="$token_type" tokens.path="$token_file" \
-        $([ "$feats" = stored ] || echo data.features=on_the_fly) $train_args
+        $([ "$feats" = stored ] || echo data.features=on_the_fly) $train_args || rc=$?
+    trap - TERM INT USR1
+    if [ "$rc" -ne 0 ]; then
+        # stopped by a signal (time limit, preemption, Ctrl-C) with a checkpoint: resumable
+        if train_interrupted "$expdir" "$rc"; then
+            log "stage 4: training stopped by a signal with a checkpoint; rerun the same command to resume"
+            train_requeue
+            exit 75
+        fi
+        exit "$rc"
+    fi
     finish_stage 4 "$expdir/.done"
 fi
 

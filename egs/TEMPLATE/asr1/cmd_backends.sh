@@ -19,13 +19,22 @@
 # and must end with the program, e.g. train_cmd="torchrun --standalone --nproc_per_node 2 -m asrkit".
 #
 # train_launcher NGPU NUM_NODES  sets the array `launcher`; run "${launcher[@]}" train --config ...
+#
+# Stop signals. `asrkit train` stopped by SIGTERM/SIGINT/SIGUSR1 finishes its step, saves a
+# checkpoint and exits 75 (torchrun, itself signalled, exits 1; train_interrupted tells both
+# apart from a failure by EXP/train_info.json). slurm: signal_lead_s in $slurm_conf makes SLURM
+# send SIGTERM that many seconds before the time limit (srun --signal=TERM@N, for allocations that
+# srun makes; in an sbatch script put `#SBATCH --signal=TERM@N` yourself), and torchrun waits as
+# long for its workers to save (TORCH_ELASTIC_SHUTDOWN_TIMEOUT) instead of 30 s. requeue=true
+# makes an interrupted sbatch job requeue itself (train_requeue): the requeued job reruns the
+# recipe, which resumes training.
 
 _asrkit_backends_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 _asrkit_read_slurm_conf() {  # key=value lines of $1 -> variables slurm_<key>
     local file=$1 key value
     slurm_partition= slurm_time_limit= slurm_gpus_per_node=auto slurm_cpus_per_gpu= slurm_cpus_per_task=
-    slurm_mem= slurm_rdzv_port=29400 slurm_extra_args=
+    slurm_mem= slurm_rdzv_port=29400 slurm_extra_args= slurm_signal_lead_s=0 slurm_requeue=false
     [ -f "$file" ] || { echo "cmd_backends.sh: slurm config $file does not exist" >&2; return 2; }
     while IFS= read -r line || [ -n "$line" ]; do
         line=${line%%#*}
@@ -33,12 +42,34 @@ _asrkit_read_slurm_conf() {  # key=value lines of $1 -> variables slurm_<key>
         key=${line%%=*}; value=${line#*=}
         key=$(echo "$key" | tr -d '[:space:]'); value=$(echo "$value" | sed 's/^[[:space:]]*//; s/[[:space:]]*$//')
         case "$key" in
-            partition|time_limit|gpus_per_node|cpus_per_gpu|cpus_per_task|mem|rdzv_port|extra_args)
+            partition|time_limit|gpus_per_node|cpus_per_gpu|cpus_per_task|mem|rdzv_port|extra_args|signal_lead_s|requeue)
                 printf -v "slurm_$key" '%s' "$value" ;;
             *) echo "cmd_backends.sh: $file: unknown key '$key' (valid: partition time_limit gpus_per_node" \
-                    "cpus_per_gpu cpus_per_task mem rdzv_port extra_args)" >&2; return 2 ;;
+                    "cpus_per_gpu cpus_per_task mem rdzv_port extra_args signal_lead_s requeue)" >&2; return 2 ;;
         esac
     done < "$file"
+    [[ "$slurm_signal_lead_s" =~ ^[0-9]+$ ]] || {
+        echo "cmd_backends.sh: $file: signal_lead_s must be a whole number of seconds, got '$slurm_signal_lead_s'" >&2; return 2; }
+    [[ "$slurm_requeue" =~ ^(true|false)$ ]] || {
+        echo "cmd_backends.sh: $file: requeue must be true or false, got '$slurm_requeue'" >&2; return 2; }
+}
+
+# train_interrupted EXPDIR RC: true if the training that just exited with RC stopped for a signal
+# with a checkpoint (exit 75; under torchrun, whose own exit is 1: EXP/train_info.json written by
+# this run says so)
+train_interrupted() {
+    local exp=$1 rc=$2
+    [ "$rc" -eq 75 ] && return 0
+    [ -f "$exp/train_info.json" ] && [ "$exp/train_info.json" -nt "$exp/.train_started" ] &&
+        grep -q '"stopped_by": "signal' "$exp/train_info.json"
+}
+
+# train_requeue: with backend=slurm, requeue=true and inside a SLURM batch job, requeue it
+train_requeue() {
+    if [ "${backend:-local}" = slurm ] && [ "${slurm_requeue:-false}" = true ] && [ -n "${SLURM_JOB_ID:-}" ]; then
+        echo "train_requeue: requeueing SLURM job $SLURM_JOB_ID (it reruns the recipe, which resumes training)" >&2
+        scontrol requeue "$SLURM_JOB_ID"
+    fi
 }
 
 train_launcher() {
@@ -65,6 +96,10 @@ train_launcher() {
         launcher=(srun "--nodes=$nodes" --ntasks-per-node=1 --kill-on-bad-exit=1)
         [ -n "$slurm_partition" ] && launcher+=("--partition=$slurm_partition")
         [ -n "$slurm_time_limit" ] && launcher+=("--time=$slurm_time_limit")
+        if [ "$slurm_signal_lead_s" -gt 0 ]; then
+            launcher+=("--signal=TERM@$slurm_signal_lead_s")
+            export TORCH_ELASTIC_SHUTDOWN_TIMEOUT=$slurm_signal_lead_s
+        fi
         gpus=$slurm_gpus_per_node
         [ "$gpus" = auto ] && gpus=$(( ngpu > 0 ? ngpu : 0 ))
         [ "$gpus" != none ] && [ "$gpus" -gt 0 ] && launcher+=("--gpus-per-node=$gpus")
