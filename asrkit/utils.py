@@ -203,3 +203,25 @@ def fold_text(text: str, fold: str = "none") -> str:
         raise ValueError(f"unknown text fold {fold!r}; valid: {', '.join(TEXT_FOLDS)}")
     text = "".join(_ASCII_EXTRA.get(c, c) for c in text)
     return "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
+
+
+_DENORMALS_FLUSHED = False
+
+
+def flush_denormals() -> bool:
+    """Put this process's CPU in flush-to-zero mode (``torch.set_flush_denormal``): subnormal
+    floats (< 1.2e-38) become 0 instead of making x86 arithmetic ~100x slower (softmax
+    probabilities of far-away keys are such numbers). Call it first thing in a process, before any
+    torch computation: the compute threads torch creates later inherit the mode, those already
+    running do not. asrkit's own commands (train, decode, transcribe, bench) do; code that knows it
+    ran (:func:`denormals_flushed`) may skip its own flushing. Returns whether the CPU supports it."""
+    global _DENORMALS_FLUSHED
+    import torch
+
+    _DENORMALS_FLUSHED = bool(torch.set_flush_denormal(True))
+    return _DENORMALS_FLUSHED
+
+
+def denormals_flushed() -> bool:
+    """Whether :func:`flush_denormals` put this process in flush-to-zero mode."""
+    return _DENORMALS_FLUSHED

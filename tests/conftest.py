@@ -16,3 +16,17 @@ def _seed_and_threads():
     np.random.seed(0)
     torch.manual_seed(0)
     yield
+
+
+@pytest.fixture(autouse=True)
+def _no_flush_to_zero_leak():
+    """Commands run in-process (``asrkit.training.command.main``...) put the process in
+    flush-to-zero mode (:func:`asrkit.utils.flush_denormals`); later tests must not depend on it."""
+    yield
+    import torch
+
+    import asrkit.utils
+
+    if asrkit.utils.denormals_flushed():
+        torch.set_flush_denormal(False)
+        asrkit.utils._DENORMALS_FLUSHED = False

@@ -506,3 +506,40 @@ def test_fused_attention_keeps_no_subnormal_probabilities():
     assert ds.abs().max() > 0 and not ((ds != 0) & (ds.abs() < tiny)).any()
     for a, b in zip((q.grad, k.grad, v.grad), torch.autograd.grad(ref, (q, k, v), g)):
         torch.testing.assert_close(a, b, atol=1e-16, rtol=1e-4)
+
+
+def test_fused_attention_in_flush_to_zero_mode():
+    """asrkit's commands put the CPU in flush-to-zero mode first (asrkit.utils.flush_denormals); the
+    fused attention then leaves subnormals to the CPU (no extra passes) and gives the same results
+    with none left. In a fresh process, as a command runs."""
+    import subprocess
+    import sys
+
+    code = """
+import math, torch, torch.nn.functional as F
+from asrkit.utils import flush_denormals, denormals_flushed
+assert flush_denormals() and denormals_flushed()
+torch.set_num_threads(2)
+from asrkit.model.attention import attention_qbias
+from asrkit.model.posenc.alibi import Alibi
+pos = Alibi(8, 2, 1, Alibi.Options(frame_step=0.03))
+T, tiny = 1600, torch.finfo(torch.float32).tiny
+times = torch.arange(T).float()[None] * 0.03
+state = pos.begin(None, times, torch.ones(1, T, dtype=torch.bool))
+torch.manual_seed(0)
+q, k, v = (torch.randn(1, 2, T, 4, requires_grad=True) for _ in range(3))
+bias = pos.attn_bias(0, q, state)
+y = attention_qbias(q, k, v, bias)
+p = y.grad_fn.saved_tensors[4]
+assert not ((p != 0) & (p.abs() < tiny)).any()
+ref = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.materialize(q))
+torch.testing.assert_close(y, ref)
+g = 1e-11 * torch.randn_like(y)
+y.backward(g, retain_graph=True)
+assert p.abs().max() > 0 and not ((p != 0) & (p.abs() < tiny)).any()
+for a, b in zip((q.grad, k.grad, v.grad), torch.autograd.grad(ref, (q, k, v), g)):
+    torch.testing.assert_close(a, b, atol=1e-16, rtol=1e-4)
+print("ok")
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-3000:]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import json
 import sys
+from asrkit.utils import flush_denormals
 
 #: benchmark name -> module with ``main(argv) -> int``
 BENCHMARKS: dict[str, str] = {
@@ -22,6 +23,7 @@ BENCHMARKS: dict[str, str] = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    flush_denormals()  # before any torch computation (asrkit.utils.flush_denormals)
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--worker"]:  # internal: one measurement in a fresh process, JSON on stdout
         module, func = argv[1].split(":")

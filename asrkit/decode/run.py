@@ -35,7 +35,7 @@ from asrkit.decode.methods import Decoder, validate_decode_config
 from asrkit.model import validate_model_config
 from asrkit.model.loading import load_experiment
 from asrkit.schema import ConfigError, parse_overrides
-from asrkit.utils import atomic_write, setup_logging
+from asrkit.utils import atomic_write, flush_denormals, setup_logging
 
 logger = logging.getLogger(__name__)
 
@@ -193,6 +193,7 @@ def _missing_sets(cfg, sets: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    flush_denormals()  # before any torch computation (asrkit.utils.flush_denormals)
     from asrkit.data.manifests import load_cuts
 
     p = argparse.ArgumentParser(prog="asrkit decode", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

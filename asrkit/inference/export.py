@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from asrkit.utils import flush_denormals
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +65,7 @@ def check_utterances(cfg, exp_dir: Path, part: str, limit: int, seed: int = 0):
 
 
 def main(argv: list[str] | None = None) -> int:
+    flush_denormals()  # before any torch computation (asrkit.utils.flush_denormals)
     p = argparse.ArgumentParser(prog="asrkit export", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--exp-dir", type=Path, required=True)
     p.add_argument("--out", type=Path, required=True, help="package directory to write (replaced if it is a package)")

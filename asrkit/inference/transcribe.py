@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from asrkit.inference.formats import FORMATS, render
+from asrkit.utils import flush_denormals
 
 
 def _read_list(path: str) -> list[str]:
@@ -53,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    flush_denormals()  # before any torch computation (asrkit.utils.flush_denormals)
     args = build_parser().parse_args(argv)
     import torch
 

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from asrkit.model.posenc.base import PositionalEncoding, PosState, QBias
+from asrkit.utils import denormals_flushed
 
 
 class SelfAttention(nn.Module):
@@ -92,9 +93,10 @@ class _QBiasAttention(torch.autograd.Function):
     block = 128  #: query rows per block of the backward's dP (a cache-sized work buffer)
     #: No subnormal numbers reach the GEMMs (x86 multiplies them ~100x slower; ALiBi's far keys
     #: left ~1-2 % of the probabilities and of the score gradient subnormal, and its attention took
-    #: ~2x the CPU time): probabilities below ``flush`` are set to 0 after the softmax (their share
-    #: of an output, < T x 1e-30, is invisible even in float32) and subnormal score gradients to 0
-    #: (what the CPU's flush-to-zero mode would do).
+    #: ~2x the CPU time): in a process in flush-to-zero mode (:func:`asrkit.utils.flush_denormals`,
+    #: which asrkit's commands set) the CPU does it; otherwise probabilities below ``flush`` are set
+    #: to 0 after the softmax (their share of an output, < T x 1e-30, is invisible even in float32)
+    #: and subnormal score gradients to 0, one more pass over the T x T buffer each way.
     flush = 1e-30
 
     @staticmethod
@@ -110,7 +112,8 @@ class _QBiasAttention(torch.autograd.Function):
             if key_mask is not None:
                 p.masked_fill_(~key_mask, float("-inf"))
             torch.softmax(pf, -1, out=pf)
-            F.threshold_(pf, _QBiasAttention.flush, 0.0)  # no subnormals (see ``flush``)
+            if not denormals_flushed():
+                F.threshold_(pf, _QBiasAttention.flush, 0.0)  # no subnormals (see ``flush``)
             out = torch.bmm(pf, vf)
         ctx.save_for_backward(q, k, v, weight, p, out)
         ctx.qb, ctx.done = qb, False
@@ -134,14 +137,15 @@ class _QBiasAttention(torch.autograd.Function):
         # dS = P * (dP - rowsum(P * dP)), rowsum(P * dP) = dO . O, written over P block by block
         # (dP of one block at a time: no second T x T buffer)
         delta = (g * out).sum(-1, keepdim=True)
-        vt, dp = vf.transpose(1, 2), None
+        vt, dp, flushed = vf.transpose(1, 2), None, denormals_flushed()
         for r0 in range(0, T, _QBiasAttention.block):
             r1 = min(T, r0 + _QBiasAttention.block)
             if dp is None or dp.shape[1] != r1 - r0:
                 dp = g.new_empty(B * H, r1 - r0, S)
             torch.bmm(g[:, r0:r1], vt, out=dp)
             ds = pf[:, r0:r1].mul_(dp.sub_(delta[:, r0:r1]))
-            torch.hardshrink(ds, torch.finfo(ds.dtype).tiny, out=ds)  # no subnormals (see ``flush``)
+            if not flushed:
+                torch.hardshrink(ds, torch.finfo(ds.dtype).tiny, out=ds)  # no subnormals (see ``flush``)
         ds, scale = pf, Dh**-0.5
         gk = torch.bmm(ds.transpose(1, 2), qf).mul_(scale).view(B, H, S, Dh) if need_k else None
         gq = torch.bmm(ds, kf).mul_(scale).view(B, H, T, Dh) if need_q else None

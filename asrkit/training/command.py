@@ -48,6 +48,7 @@ from asrkit.training.loop import Trainer
 from asrkit.training.signals import EXIT_INTERRUPTED, Interrupted, stop_on_signals
 from asrkit.training.state import seed_all
 from asrkit.training.watchdog import Watchdog
+from asrkit.utils import flush_denormals
 
 logger = logging.getLogger("asrkit.train")
 
@@ -86,6 +87,7 @@ def _lost_lock(message: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    flush_denormals()  # before any torch computation (asrkit.utils.flush_denormals)
     p = argparse.ArgumentParser(prog="asrkit train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", type=Path, required=True)
     p.add_argument("--exp-dir", type=Path, required=True)
