@@ -20,9 +20,21 @@ class BadSteps:
     def __init__(self, limit: int):
         self.limit, self.in_a_row, self.before = limit, 0, {}
 
+    culprits: Optional[list] = None  #: utterances of the last forward whose own loss is not finite
+    own_bad = False  #: this rank's loss of the last micro-batch was not finite
+
     def reset(self) -> None:
         """An optimizer step was taken."""
         self.in_a_row = 0
+
+    def where(self, batch: Optional[dict]) -> str:
+        """Which utterances a non-finite loss came from, as far as this rank can tell."""
+        if not self.own_bad:
+            return "on another rank; this rank's utterances are fine"
+        ids = batch["ids"] if batch else []
+        if self.culprits:
+            return f"utterance(s) with a non-finite loss: {', '.join(self.culprits)}; of {len(ids)} in this rank's batch"
+        return f"not from single utterances; this rank's batch: {', '.join(ids) or '-'}"
 
     def skip(self, what: str, boundary: dict, total: int) -> bool:
         """Record a skipped step (``total`` = skipped steps of the run so far, this one included)

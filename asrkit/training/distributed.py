@@ -240,3 +240,13 @@ def setup_rank_logging(exp_dir: Path | str, info: DistInfo, level: int = logging
     root.addHandler(sh)
     root.setLevel(level)
     return path
+
+
+def wrap_ddp(model: torch.nn.Module, info: DistInfo, device: torch.device, find_unused: bool = False) -> torch.nn.Module:
+    """``model`` under DistributedDataParallel when distributed, else itself. ``find_unused``:
+    some parameters may get no gradient in a step (layer drop)."""
+    if not info.distributed:
+        return model
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    return DDP(model, device_ids=[device.index] if device.type == "cuda" else None, find_unused_parameters=find_unused)

@@ -37,7 +37,7 @@ def load_train_cuts(cfg, tokenizer, where: str = "train"):
     return cuts, stats
 
 
-def alphabet_check(cuts, tokenizer, where: str, warn: bool = True) -> dict:
+def alphabet_check(cuts, tokenizer, cfg, warn: bool = True) -> dict:
     """Count (and warn about, with examples) the training transcripts with letters or digits the
     tokenizer cannot represent (they are dropped from their words); for ``train_info.json``."""
     def utts():
@@ -46,7 +46,7 @@ def alphabet_check(cuts, tokenizer, where: str, warn: bool = True) -> dict:
 
     report = alphabet_report(utts(), getattr(tokenizer, "fold", "none"))
     if warn and report.utterances:
-        logger.warning("%s", report.describe(where))
+        logger.warning("%s", report.describe(f"{cfg.data.corpus}/{'+'.join(cfg.data.train_sets)}"))
     return report.to_dict()
 
 

@@ -29,13 +29,13 @@ from asrkit.tokenizer import load_tokenizer
 from asrkit.training import TrainingError
 from asrkit.training.bad_steps import BadSteps, nonfinite_utterances
 from asrkit.training.checkpointing import Checkpointer
-from asrkit.training.distributed import ACTIVITY, DistInfo, all_reduce_sum, broadcast_object, check_same, digest
+from asrkit.training.distributed import ACTIVITY, DistInfo, all_reduce_sum, broadcast_object, check_same, digest, wrap_ddp
 from asrkit.training.inputs import alphabet_check, bad_audio_message, load_data, make_loader, n_utts, rng_untouched, stand_in_batch, to_device
 from asrkit.training.monitor import Monitor
 from asrkit.training.optim import AMP_DTYPES, make_optimizer, make_scheduler, update_ema
 from asrkit.training.signals import Interrupted, stop_signals_deferred
 from asrkit.training.state import fingerprints, rng_state, seed_all
-from asrkit.training.sync import StepVote
+from asrkit.training.sync import StepVote, unequal_epoch
 from asrkit.training.validation import validate
 
 logger = logging.getLogger("asrkit.train")
@@ -50,8 +50,7 @@ class Trainer:
         check_same("the resolved config (digest)", digest(dump_config(cfg)))
         self.tokenizer = load_tokenizer(cfg.tokens.path)
         self.train_cuts, self.drop_stats, self.dev_cuts = load_data(cfg, self.tokenizer)
-        self.alphabet = alphabet_check(self.train_cuts, self.tokenizer,
-                                       f"{cfg.data.corpus}/{'+'.join(cfg.data.train_sets)}", warn=dist_info.is_main)
+        self.alphabet = alphabet_check(self.train_cuts, self.tokenizer, cfg, warn=dist_info.is_main)
         self.fingerprints = fingerprints(self.train_cuts, self.tokenizer)
         check_same("the training data (fingerprints of utterances, transcripts, tokenizer)", self.fingerprints)
         torch.manual_seed(self.seed)  # identical initial weights on every rank (DDP also broadcasts rank 0's)
@@ -61,14 +60,9 @@ class Trainer:
         self.ema_model = None  # the weights' exponential moving average (train.ema_decay > 0)
         if cfg.train.ema_decay > 0:
             self.ema_model = copy.deepcopy(self.model).eval().requires_grad_(False)
-        self.ddp_model = self.model
-        if dist_info.distributed:
-            from torch.nn.parallel import DistributedDataParallel as DDP
-
-            # layer drop skips whole layers (the same ones on every rank): their parameters get no
-            # gradient in that step, which DDP must be told about.
-            self.ddp_model = DDP(self.model, device_ids=[device.index] if device.type == "cuda" else None,
-                                 find_unused_parameters=cfg.encoder.layer_drop > 0)
+        # layer drop skips whole layers (the same ones on every rank): their parameters get no
+        # gradient in that step, which DDP must be told about
+        self.ddp_model = wrap_ddp(self.model, dist_info, device, find_unused=cfg.encoder.layer_drop > 0)
         # from here on each rank has its own RNG stream (dropout differs across ranks); it is saved
         # per rank in checkpoints
         seed_all(stable_seed(self.seed, "rank", dist_info.rank))
@@ -87,8 +81,6 @@ class Trainer:
         self._spare: Optional[dict] = None  # last non-empty batch of this rank (stand-in for an empty one)
         self.bad = BadSteps(cfg.train.max_bad_steps)
         self._last_grad_norm = 0.0
-        self._culprits: Optional[list] = None  # utterances of the last forward with a non-finite loss
-        self._own_bad = False  # this rank's loss of the last micro-batch was not finite
         self._cycle_loss = [0.0, 0]  # loss sum, utterances of the current accumulation cycle (all ranks)
 
     # ------------------------------------------------------------------ the loop
@@ -159,7 +151,7 @@ class Trainer:
                 vote = StepVote.of(cur, nxt, at_boundary and self._time_up(),
                                    at_boundary and self.signalled is not None).all_reduce(self.device)
                 if vote.missing > 0:  # some rank has no batch at all (only possible at the start of an epoch)
-                    self._unequal(vote.missing, cur is not None)
+                    self.counters["unequal_epochs"] += unequal_epoch(vote.missing, cur is not None, self.epoch, self.dist)
                     break
                 if vote.signalled > 0:  # stop at this step boundary, with a checkpoint, on every rank
                     self.stop = f"signal {self.signalled or 'on another rank'}"
@@ -168,7 +160,7 @@ class Trainer:
                     self.stop = "train.max_minutes reached"
                     break
                 if vote.last > 0:
-                    self._unequal(vote.last, nxt is not None)
+                    self.counters["unequal_epochs"] += unequal_epoch(vote.last, nxt is not None, self.epoch, self.dist)
                 self.batch_in_epoch += 1
                 micro += 1
                 self.counters["bad_audio"] += int(vote.bad_audio)
@@ -182,7 +174,7 @@ class Trainer:
                                    "(unreadable audio); nothing to train on", self.epoch, self.batch_in_epoch)
                 else:
                     self.bad_step(f"non-finite loss at epoch {self.epoch} batch {self.batch_in_epoch} "
-                                  f"({self._bad_loss_where(cur)})")
+                                  f"({self.bad.where(cur)})")
                 if micro == accum or vote.last > 0:
                     stepped = self.optimizer_step(n_good)
                     micro = n_good = 0
@@ -211,7 +203,7 @@ class Trainer:
             loss_sum = self.forward(local)
             if not real:
                 loss_sum = loss_sum * 0.0  # a stand-in: runs the collectives, contributes nothing
-            self._own_bad = real and not bool(torch.isfinite(loss_sum))
+            self.bad.own_bad = real and not bool(torch.isfinite(loss_sum))
             bad, glob = all_reduce_sum([0.0 if bool(torch.isfinite(loss_sum)) else 1.0, float(loss_sum.detach())],
                                        self.device)
             if bad > 0:
@@ -232,7 +224,7 @@ class Trainer:
                 raise e.naming(batch["ids"]) from None
         loss = out["loss"].float() * out["n_utts"]
         # which utterances made it non-finite (only then: costs nothing on good steps)
-        self._culprits = None if bool(torch.isfinite(loss)) else nonfinite_utterances(out, batch)
+        self.bad.culprits = None if bool(torch.isfinite(loss)) else nonfinite_utterances(out, batch)
         return loss
 
     def optimizer_step(self, n_good: int) -> bool:
@@ -322,24 +314,6 @@ class Trainer:
             self.boundary = self.bad.before  # no optimizer step since then: model and optimizer are that state's
             path = self.ckpt.save(f"step-{self.step:08d}", {"stopped": f"{self.bad.in_a_row} consecutive non-finite steps"})
             raise self.bad.error(path, self.step, self.epoch, self.batch_in_epoch)
-
-    def _bad_loss_where(self, batch: Optional[dict]) -> str:
-        """Which utterances a non-finite loss came from, as far as this rank can tell."""
-        if not self._own_bad:
-            return "on another rank; this rank's utterances are fine"
-        ids = batch["ids"] if batch else []
-        if self._culprits:
-            return f"utterance(s) with a non-finite loss: {', '.join(self._culprits)}; of {len(ids)} in this rank's batch"
-        return f"not from single utterances; this rank's batch: {', '.join(ids) or '-'}"
-
-    def _unequal(self, n_out: float, mine_left: bool) -> None:
-        """The epoch ends because ``n_out`` ranks have no more batches; if others still had some,
-        the samplers gave ranks unequal batch counts: count it (every rank), warn where dropped."""
-        if n_out < self.dist.world_size:
-            self.counters["unequal_epochs"] += 1
-            if mine_left:
-                logger.warning("epoch %d: this rank's sampler has more batches than another rank's (%s); the rest "
-                               "of its epoch is dropped so that all ranks stay in step", self.epoch, self.dist)
 
     def _time_up(self) -> bool:
         m = self.cfg.train.max_minutes

@@ -8,12 +8,15 @@ global batch holds (the loss is normalized by the global count).
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass
 from typing import Optional
 
 import torch
 
 from asrkit.training.distributed import all_reduce_sum
+
+logger = logging.getLogger("asrkit.train")
 
 
 @dataclass
@@ -39,3 +42,15 @@ class StepVote:
     def all_reduce(self, device: torch.device) -> "StepVote":
         """The element-wise sum over ranks (this rank's own values when not distributed)."""
         return StepVote(*all_reduce_sum(dataclasses.astuple(self), device))
+
+
+def unequal_epoch(n_out: float, mine_left: bool, epoch: int, dist_info) -> int:
+    """The epoch ends because ``n_out`` ranks have no more batches; if others still had some, the
+    samplers gave ranks unequal batch counts: returns 1 to count it (every rank) and warns on the
+    ranks whose rest of the epoch is dropped; 0 when every rank was done."""
+    if n_out >= dist_info.world_size:
+        return 0
+    if mine_left:
+        logger.warning("epoch %d: this rank's sampler has more batches than another rank's (%s); the rest of its "
+                       "epoch is dropped so that all ranks stay in step", epoch, dist_info)
+    return 1
