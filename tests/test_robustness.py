@@ -57,11 +57,14 @@ def _wait_for(pred, timeout: float, what: str, proc=None) -> None:
 
 def _start(exp, ovr, spec=None, nproc=1, name="run") -> subprocess.Popen:
     """`asrkit train` (torchrun if nproc > 1) in a new session: its own process group, as a job.
-    Its output goes to ``<exp>/../<name>.out`` (a pipe nobody reads could fill up and block it)."""
+    Its output goes to ``<exp>/../<name>.out`` (a pipe nobody reads could fill up and block it).
+    SIGINT starts at its default, as for a foreground job: a test suite run as a background job
+    of a non-interactive shell inherits SIGINT ignored, which asrkit train rightly keeps ignored."""
     out_path = exp.parent / f"{name}.out"
     with open(out_path, "w") as f:
         p = subprocess.Popen(H.cmd(exp, ovr, spec, nproc), env=H.env(), stdout=f, stderr=subprocess.STDOUT,
-                             text=True, start_new_session=True)
+                             text=True, start_new_session=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     p.out_path = out_path
     return p
 
@@ -434,6 +437,30 @@ def test_stale_locks_are_taken_over_live_ones_refused(tmp_path, monkeypatch, cap
     _write_lock(exp, host="node-17", pid=4242, job="slurm job 123 step 1")
     with pytest.raises(LockedError, match="slurm job 123 step 1"):
         _lock(exp).acquire()
+
+
+def test_a_lock_being_written_is_read_once_written(tmp_path):
+    """Two runs started together: the loser may read the lock between the winner's O_EXCL create
+    and its write (an empty file). It waits for the content and names the winner (seen in CI as
+    "in use by an unknown process (unreadable lock)"); an empty lock that stays empty is refused
+    as unreadable (taken over only once stale)."""
+    import threading
+
+    from asrkit.training.lock import LockedError, _me
+
+    exp = tmp_path / "exp"
+    exp.mkdir()
+    (exp / "train.lock").write_text("")  # created, not yet written
+    t = threading.Timer(0.3, lambda: (exp / "train.lock").write_text(json.dumps({**_me(), "pid": os.getpid()})))
+    t.start()
+    with pytest.raises(LockedError, match=rf"is in use by pid {os.getpid()} on host"):
+        _lock(exp).acquire()
+    t.join()
+    (exp / "train.lock").write_text("")
+    t0 = time.monotonic()
+    with pytest.raises(LockedError, match=r"unknown process \(unreadable lock\)"):
+        _lock(exp).acquire()
+    assert 1.5 < time.monotonic() - t0 < 10
 
 
 def _race(exp: str, q) -> None:

@@ -131,7 +131,7 @@ class ExpLock:
                 self._thread = threading.Thread(target=self._heartbeat, name="asrkit-exp-lock", daemon=True)
                 self._thread.start()
                 return self
-            holder, age = self._holder()
+            holder, age = self._holder_written()
             if holder is None:  # vanished between our create and read: try again
                 continue
             why = self._stale(holder, age)
@@ -186,6 +186,16 @@ class ExpLock:
         except json.JSONDecodeError:
             holder = {}
         return holder, max(0.0, _fs_now(self.exp_dir) - mtime)
+
+    def _holder_written(self, wait_s: float = 2.0) -> tuple[Optional[dict], float]:
+        """:meth:`_holder`, waiting up to ``wait_s`` for a fresh lock whose creator has not written
+        it yet (two runs started together: the loser reads between the winner's create and write)."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            holder, age = self._holder()
+            if holder != {} or age > self.stale_after_s or time.monotonic() > deadline:
+                return holder, age
+            time.sleep(0.02)
 
     def _mine(self, holder: dict) -> bool:
         return all(holder.get(k) == self.me[k] for k in ("host", "boot_id", "pid", "start_time"))
