@@ -382,20 +382,28 @@ def _plan_utterance(
     # synthesizer keeps the prefix that reaches `target` (see _longform_stop).
     lo, hi = LONGFORM_SECONDS
     target = round(lo + 0.5 + float(rng.random()) * (hi - lo - 5.5), 3)
+    sentences, pauses = _candidates(rng, sample, rate, lead + trail, hi)
+    plan = UtterancePlan(
+        utt_id, tuple(sentences), rate, pitch, seed, lead, trail, peak_db, noise_db,
+        pauses=tuple(pauses), target=target,
+    )
+    return plan, target + 3.0
+
+
+def _candidates(rng: np.random.Generator, sample: Callable[[], str], rate: float, silence: float,
+                hi: float) -> tuple[list[str], list[float]]:
+    """Consecutive sentences (and the pauses between them) estimated to last well past ``hi``
+    seconds with ``silence`` seconds of lead and trail: the synthesizer keeps a prefix of them."""
     sentences: list[str] = []
     pauses: list[float] = []
-    est = lead + trail
+    est = silence
     while est < hi + 15.0:
         if sentences:
             pauses.append(round(_PAUSE_SECONDS[0] + float(rng.random()) * (_PAUSE_SECONDS[1] - _PAUSE_SECONDS[0]), 3))
             est += pauses[-1]
         sentences.append(sample())
         est += estimate_seconds(len(sentences[-1].split()), rate)
-    plan = UtterancePlan(
-        utt_id, tuple(sentences), rate, pitch, seed, lead, trail, peak_db, noise_db,
-        pauses=tuple(pauses), target=target,
-    )
-    return plan, target + 3.0
+    return sentences, pauses
 
 
 def _plan_span(
@@ -412,15 +420,7 @@ def _plan_span(
     rate, _, _, lead, trail, _, _ = prosody
     lo, hi = span_bin
     target = round(lo + 0.5 + float(rng.random()) * (hi - lo - 1.0), 3)
-    sentences: list[str] = []
-    pauses: list[float] = []
-    est = lead + trail
-    while est < hi + 15.0:
-        if sentences:
-            pauses.append(round(_PAUSE_SECONDS[0] + float(rng.random()) * (_PAUSE_SECONDS[1] - _PAUSE_SECONDS[0]), 3))
-            est += pauses[-1]
-        sentences.append(sample())
-        est += estimate_seconds(len(sentences[-1].split()), rate)
+    sentences, pauses = _candidates(rng, sample, rate, lead + trail, hi)
     plan = UtterancePlan(utt_id, tuple(sentences), *prosody, pauses=tuple(pauses), target=target)
     return plan, target + 1.0
 
