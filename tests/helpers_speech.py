@@ -9,7 +9,6 @@ own code. :func:`wer` scores with ``jiwer`` (a reference tool), not with asrkit'
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 from pathlib import Path
@@ -84,25 +83,7 @@ def overrides(corpus: dict, **kw) -> list[str]:
     return [f"{k}={v}" for k, v in o.items()]
 
 
-@contextlib.contextmanager
-def _restored_logging_and_threads():
-    """The commands reconfigure logging (``force=True``) and torch threads: put both back after."""
-    import logging
-
-    import torch
-
-    root = logging.getLogger()
-    handlers, level, threads = list(root.handlers), root.level, torch.get_num_threads()
-    try:
-        yield
-    finally:
-        for h in list(root.handlers):
-            root.removeHandler(h)
-            h.close()
-        for h in handlers:
-            root.addHandler(h)
-        root.setLevel(level)
-        torch.set_num_threads(threads)
+_restored_logging_and_threads = H.restored_logging_and_threads
 
 
 def train(exp: Path, config: Path, ovr: list[str]) -> int:

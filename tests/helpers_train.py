@@ -268,17 +268,15 @@ def hooks(spec: Optional[dict]):
 
 
 # ------------------------------------------------------------------------- runners
-def run_inprocess(exp: Path, ovr: list[str], spec: Optional[dict] = None) -> int:
-    """``asrkit train`` in this process (with hooks); restores logging and torch threads after."""
+@contextlib.contextmanager
+def restored_logging_and_threads():
+    """asrkit's commands reconfigure logging (``force=True``) and torch threads: put both back after."""
     import torch
-
-    from asrkit.training import command as train
 
     root = logging.getLogger()
     handlers, level, threads = list(root.handlers), root.level, torch.get_num_threads()
     try:
-        with hooks(spec):
-            return train.main(train_args(exp, ovr))
+        yield
     finally:
         for h in list(root.handlers):
             root.removeHandler(h)
@@ -287,6 +285,14 @@ def run_inprocess(exp: Path, ovr: list[str], spec: Optional[dict] = None) -> int
             root.addHandler(h)
         root.setLevel(level)
         torch.set_num_threads(threads)
+
+
+def run_inprocess(exp: Path, ovr: list[str], spec: Optional[dict] = None) -> int:
+    """``asrkit train`` in this process (with hooks); restores logging and torch threads after."""
+    from asrkit.training import command as train
+
+    with restored_logging_and_threads(), hooks(spec):
+        return train.main(train_args(exp, ovr))
 
 
 def free_port() -> int:

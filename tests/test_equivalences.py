@@ -100,7 +100,11 @@ def _lrs(cfg, n: int) -> list[float]:
     """Learning rate of each of the first ``n`` optimizer steps, as make_scheduler drives them."""
     p = torch.nn.Parameter(torch.zeros(2))
     opt = make_optimizer(cfg, [p])
-    sched = make_scheduler(cfg, opt)
+    return _step(p, opt, make_scheduler(cfg, opt), n)
+
+
+def _step(p, opt, sched, n: int) -> list[float]:
+    """The learning rate of each of ``n`` optimizer steps (gradient 1), the scheduler stepped after each."""
     out = []
     for _ in range(n):
         out.append(opt.param_groups[0]["lr"])
@@ -118,14 +122,7 @@ def _torch_lrs(make, lr: float, n: int) -> list[float]:
     opt = torch.optim.SGD([p], lr=lr)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # SequentialLR's deprecation notes on its epoch argument
-        sched = make(opt)
-        out = []
-        for _ in range(n):
-            out.append(opt.param_groups[0]["lr"])
-            p.grad = torch.ones_like(p)
-            opt.step()
-            sched.step()
-    return out
+        return _step(p, opt, make(opt), n)
 
 
 def _reference_lrs(schedule: str, lr: float, w: int, total: int, ratio: float) -> list[float]:
