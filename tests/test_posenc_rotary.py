@@ -25,7 +25,7 @@ from asrkit.training.checks import load_config
 from asrkit.model import build_model
 from asrkit.model.attention import SelfAttention, attention_qbias
 from asrkit.model.posenc import build_pos_encoding
-from asrkit.model.posenc.alibi import alibi_slopes
+from asrkit.model.posenc.alibi import AlibiBias, alibi_slopes
 from asrkit.model.posenc.rope import rotate
 
 torch.set_num_threads(1)
@@ -294,17 +294,58 @@ def test_alibi_fused_equals_materialized_and_sdpa_float64(shared):
 
 
 def test_alibi_bias_needs_no_query_gradient():
-    """The bias does not depend on q: the fused backward adds nothing to q's gradient, and the
-    materialized bias is not in q's graph (SDPA gets a constant mask with fixed slopes)."""
+    """The bias does not depend on q: the fused backward adds nothing to q's gradient, and with
+    fixed slopes SDPA gets a constant mask outside q's graph."""
     pos = make_pos("alibi")
     T = 9
     state = pos.begin(None, torch.arange(T).float()[None] * 0.03, torch.ones(1, T, dtype=torch.bool))
     q = torch.randn(1, HEADS, T, DH, requires_grad=True)
-    qb = pos.attn_bias(0, q, state)
+    assert not pos.attn_bias(0, q, state).requires_grad
+    qb = AlibiBias(pos.slopes, state.extra["alibi_dist"])
     assert not qb.materialize(q).requires_grad
     gq = torch.zeros(1, HEADS, T, DH)
     assert qb.grad(torch.randn(1, HEADS, T, T), q, qb.weight, gq, False) is None
     assert not gq.any()
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_alibi_fixed_slopes_one_constant_bias_for_every_layer(shared):
+    """Fixed slopes: begin() forms the bias once per forward (B|1 x H x T x T, -inf at padded
+    keys, no gradient) and every layer gets that same tensor, cast once per dtype (bfloat16 under
+    autocast); the attention with it == the fused AlibiBias path == SDPA with the bias masked
+    per layer; learned slopes in training get a QBias, in evaluation the constant."""
+    torch.manual_seed(0)
+    pos = make_pos("alibi", "encoder.pos.slopes=[1.7, 0.35]")
+    B, T = 3, 40
+    if shared:
+        times = (torch.arange(T).float() * 0.03)[None].repeat(B, 1)
+        mask = torch.ones(B, T, dtype=torch.bool)
+    else:
+        times, mask = irregular_batch(B=B, T=T)
+    state = pos.begin(None, times, mask)
+    q = torch.randn(B, HEADS, T, DH)
+    b0, b1 = pos.attn_bias(0, q, state), pos.attn_bias(1, q, state)
+    assert b0 is b1 and not b0.requires_grad and b0.shape == ((1 if shared else B), HEADS, T, T)
+    ref = naive_alibi_bias(times.double(), pos.slopes.double()).float()
+    keys = mask[:, None, None, :].expand(B, HEADS, T, T)
+    both = keys & mask[:, None, :, None]  # (padded query rows see other times: they are dropped)
+    torch.testing.assert_close(b0.expand(B, -1, -1, -1)[both], ref.expand(B, -1, -1, -1)[both])
+    assert bool((b0.expand(B, -1, -1, -1)[~keys] == float("-inf")).all())
+    assert pos.attn_bias(0, q.bfloat16(), state) is pos.attn_bias(1, q.bfloat16(), state)
+    assert pos.attn_bias(0, q.bfloat16(), state).dtype == torch.bfloat16
+    k, v = torch.randn_like(q), torch.randn_like(q)
+    key_mask = mask[:, None, None, :]
+    y_const = F.scaled_dot_product_attention(q, k, v, attn_mask=b0)
+    y_fused = attention_qbias(q.requires_grad_(), k, v, AlibiBias(pos.slopes, state.extra["alibi_dist"]), key_mask)
+    y_sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=AlibiBias(pos.slopes, state.extra["alibi_dist"])
+                                            .materialize(q).masked_fill(~key_mask, float("-inf")))
+    m3 = mask[:, None].expand(-1, HEADS, -1)
+    torch.testing.assert_close(y_const[m3], y_fused[m3].detach())
+    torch.testing.assert_close(y_const[m3], y_sdpa[m3])
+    learned = make_pos("alibi", "encoder.pos.learn_slopes=true").train()
+    assert isinstance(learned.attn_bias(0, q, learned.begin(None, times, mask)), AlibiBias)
+    with torch.no_grad():
+        assert isinstance(learned.attn_bias(0, q, learned.begin(None, times, mask)), torch.Tensor)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -327,7 +368,7 @@ def test_scores_and_outputs_invariant_to_time_shift(name):
         qr, kr = pos.qk(0, q, k, state)
         s = qr @ kr.transpose(-1, -2) / math.sqrt(DH)
         bias = pos.attn_bias(0, qr, state)
-        return s if bias is None else s + bias.materialize(qr)
+        return s if bias is None else s + (bias.materialize(qr) if isinstance(bias, AlibiBias) else bias)
 
     valid = mask[:, None, :, None] & mask[:, None, None, :]
     torch.testing.assert_close(scores(times)[valid.expand(-1, HEADS, -1, -1)],
@@ -458,7 +499,7 @@ def test_bench_has_rows_and_runs_them():
     from asrkit.bench import pos_enc as bench
 
     rows = {r[0]: r for r in bench.POS_ENC_ROWS}
-    for label in ("rope", "rope (augment cape)", "alibi", "alibi (augment cape)", "alibi (bias materialized)"):
+    for label in ("rope", "rope (augment cape)", "alibi", "alibi (augment cape)", "alibi (learned slopes: fused bias)"):
         assert label in rows
     spec = dict(T=12, batch=1, threads=1, reps=1, rows=[
         (label, pe, att, extra[0] if extra else []) for label, pe, att, *extra in
@@ -489,7 +530,7 @@ def test_fused_attention_keeps_no_subnormal_probabilities():
     times = torch.arange(T).float()[None] * 0.03
     state = pos.begin(None, times, torch.ones(1, T, dtype=torch.bool))
     q, k, v = (torch.randn(1, HEADS, T, DH, requires_grad=True) for _ in range(3))
-    bias = pos.attn_bias(0, q, state)
+    bias = AlibiBias(pos.slopes, state.extra["alibi_dist"])  # the fused path (learned slopes take it)
     y = attention_qbias(q, k, v, bias)
     p = y.grad_fn.saved_tensors[4]
     ref_p = (q @ k.transpose(-1, -2) / math.sqrt(DH) + bias.materialize(q)).softmax(-1)
@@ -521,14 +562,14 @@ from asrkit.utils import flush_denormals, denormals_flushed
 assert flush_denormals() and denormals_flushed()
 torch.set_num_threads(2)
 from asrkit.model.attention import attention_qbias
-from asrkit.model.posenc.alibi import Alibi
+from asrkit.model.posenc.alibi import Alibi, AlibiBias
 pos = Alibi(8, 2, 1, Alibi.Options(frame_step=0.03))
 T, tiny = 1600, torch.finfo(torch.float32).tiny
 times = torch.arange(T).float()[None] * 0.03
 state = pos.begin(None, times, torch.ones(1, T, dtype=torch.bool))
 torch.manual_seed(0)
 q, k, v = (torch.randn(1, 2, T, 4, requires_grad=True) for _ in range(3))
-bias = pos.attn_bias(0, q, state)
+bias = AlibiBias(pos.slopes, state.extra["alibi_dist"])
 y = attention_qbias(q, k, v, bias)
 p = y.grad_fn.saved_tensors[4]
 assert not ((p != 0) & (p.abs() < tiny)).any()

@@ -11,8 +11,9 @@ Every encoding runs against ``nopos`` in the same run, and ``nopos`` against
 SPE needs linear attention, so it is compared with ``nopos`` on the same linear attention and is
 also run at longer T to show memory growing linearly. The row ``relpos (bias materialized)`` runs
 relpos without the fused CPU attention (:func:`asrkit.model.attention.attention_qbias`): the A/B of
-that optimization (``--lengths 1000 --long --only relpos`` for just those rows); ``alibi (bias
-materialized)`` the same for alibi (its fixed bias then goes to SDPA as a constant ``attn_mask``).
+that optimization (``--lengths 1000 --long --only relpos`` for just those rows). ``alibi`` (fixed
+slopes) gives SDPA one constant bias per forward; ``alibi (learned slopes: fused bias)`` needs the
+bias's gradient and takes the fused CPU attention instead.
 
 Method. Time: for each T and each row, one subprocess builds the row's model and its base row's
 (``nopos`` on the same attention), runs a tiny warm-up step each (loads kernels), then
@@ -71,7 +72,7 @@ POS_ENC_ROWS: list[tuple] = [
     ("rope (augment cape)", "rope", "softmax", ["encoder.pos.augment=cape"]),
     ("alibi", "alibi", "softmax"),
     ("alibi (augment cape)", "alibi", "softmax", ["encoder.pos.augment=cape"]),
-    ("alibi (bias materialized)", "alibi", "softmax", ["!materialize"]),  # SDPA with the bias, for A/B
+    ("alibi (learned slopes: fused bias)", "alibi", "softmax", ["encoder.pos.learn_slopes=true"]),
     ("nopos + linear_relu", "nopos", "linear_relu"),
     ("spe_sine + linear_relu", "spe_sine", "linear_relu"),
     ("spe_conv + linear_relu", "spe_conv", "linear_relu"),
@@ -99,7 +100,7 @@ def _build(pos_enc: str, attention: str, extra: list[str]):
     from asrkit.model import transformer
     from asrkit.training.checks import load_config
 
-    materialize = "!materialize" in extra  # run relpos / alibi through the materialized bias + SDPA-style path
+    materialize = "!materialize" in extra  # run a QBias (relpos) through the materialized bias + SDPA-style path
     extra = [e for e in extra if e != "!materialize"]
     cfg = load_config(None, [
         f"encoder.pos_enc={pos_enc}", f"encoder.attention={attention}", f"encoder.d_model={D_MODEL}",

@@ -5,7 +5,8 @@ Positional encodings reach the attention only through two hooks of the encoding 
 Padding is a boolean key mask (``None`` when the batch has no padding, which lets SDPA use
 its fastest kernels). A bias given as a :class:`~asrkit.model.posenc.base.QBias` (relpos) is
 fused into the attention when training on CPU in float32 (:func:`attention_qbias`); everywhere
-else it is materialized and passed to SDPA as ``attn_mask``.
+else it is materialized, masked and passed to SDPA as ``attn_mask``. A bias given as a tensor
+(alibi's, formed once per forward) already masks the padded keys and goes to SDPA as it is.
 """
 from __future__ import annotations
 
@@ -41,12 +42,11 @@ class SelfAttention(nn.Module):
             if fuse_qbias(q, dropout_p):
                 y = attention_qbias(q, k, v, bias, key_mask)
                 return self.out(y.transpose(1, 2).reshape(B, T, D))
-            bias = bias.materialize(q)
-        mask = key_mask
-        if bias is not None:
-            bias = bias.to(q.dtype)
-            mask = bias if key_mask is None else bias.masked_fill(~key_mask, float("-inf"))
-        y = attention(q, k, v, mask, dropout_p)
+            bias = bias.materialize(q).to(q.dtype)
+            if key_mask is not None:
+                bias = bias.masked_fill(~key_mask, float("-inf"))
+        # a tensor bias from the encoding already masks the padded keys (PositionalEncoding.attn_bias)
+        y = attention(q, k, v, key_mask if bias is None else bias.to(q.dtype), dropout_p)
         return self.out(y.transpose(1, 2).reshape(B, T, D))
 
 

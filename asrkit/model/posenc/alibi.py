@@ -15,11 +15,19 @@ one parameter per head, shared by the layers as the fixed ones are.
 
 Cost: the distance matrix ``|t_i - t_j|`` (1 x T x T when the batch shares its frame times, else
 B x T x T; float32) is computed once per forward in :meth:`Alibi.begin` and shared by all layers.
-Each layer's bias is an :class:`AlibiBias`: training on CPU, the attention writes it straight into
-its own score buffer (:func:`asrkit.model.attention.attention_qbias`: one pass over that one
-B x H x T x T buffer, never a B x H x T x T x D tensor, no gradient w.r.t. q since the bias does
-not depend on it); elsewhere (GPU, evaluation, bfloat16) it is materialized as a broadcast
-``B|1 x H x T x T`` tensor, the ``attn_mask`` of ``scaled_dot_product_attention``.
+With fixed slopes (the default) the bias itself is the same in every layer, so :meth:`Alibi.begin`
+also forms it once per forward, ``B|1 x H x T x T`` with -inf at the padded keys: every layer
+hands that one constant tensor to ``scaled_dot_product_attention`` as its ``attn_mask``, whose
+fused (flash) kernels take it on CPU and GPU and keep no T x T buffer of their own for the
+backward. One B|1 x H x T x T tensor per forward in all, never a B x H x T x T x D one (measured
+with ``python -m asrkit.bench pos_enc --lengths 1000 3000 --only alibi``, 2 CPU threads: 1.05-1.07x
+nopos in time and 1.09-1.10x in peak memory at T = 1000, 1.09x / 1.14x at T = 3000, against
+1.21-1.23x / 1.55-1.58x and 1.44-1.67x / 2.6-2.7x for the fused bias path, which keeps a T x T
+buffer per layer for its backward). Learned slopes (``learn_slopes: true``) make the bias need a
+gradient, which SDPA's fused kernels cannot give: each layer's bias is then an
+:class:`AlibiBias`, which training on CPU in float32 the attention writes straight into its own
+score buffer (:func:`asrkit.model.attention.attention_qbias`, no gradient w.r.t. q since the bias
+does not depend on it) and everywhere else is materialized for SDPA.
 
 ``augment: cape`` applies CAPE's local shifts and global scaling to the times at training, as for
 ``rope`` (:mod:`asrkit.model.posenc.rope`; CAPE's global shift is a no-op for a relative encoding).
@@ -87,11 +95,37 @@ class Alibi(PositionalEncoding):
     def begin(self, x: Tensor, times: Tensor, mask: Tensor) -> PosState:
         t = relative_times(times, mask, self.opts, self.training)
         if torch.onnx.is_in_onnx_export():  # traced: no per-block Python loop (frozen at the traced length)
-            return PosState(times=times, mask=mask, extra={"alibi_dist": (t[:, None, :] - t[:, :, None]).abs().float()})
-        return PosState(times=times, mask=mask, extra={"alibi_dist": distances(t)})
+            dist = (t[:, None, :] - t[:, :, None]).abs().float()
+        else:
+            dist = distances(t)
+        state = PosState(times=times, mask=mask, extra={"alibi_dist": dist})
+        if not self.learned():  # one constant bias for every layer (module doc)
+            state.extra["alibi_bias"] = {torch.float32: constant_bias(self.slopes, dist, mask)}
+        return state
 
-    def attn_bias(self, layer: int, q: Tensor, state: PosState) -> QBias:
-        return AlibiBias(self.slopes, state.extra["alibi_dist"])
+    def learned(self) -> bool:
+        """Whether the bias needs a gradient now (learned slopes while gradients are recorded)."""
+        return self.slopes.requires_grad and torch.is_grad_enabled()
+
+    def attn_bias(self, layer: int, q: Tensor, state: PosState) -> "QBias | Tensor":
+        cache = state.extra.get("alibi_bias")
+        if cache is None:
+            return AlibiBias(self.slopes, state.extra["alibi_dist"])
+        if q.dtype not in cache:  # e.g. bfloat16 under autocast: cast once per forward, not per layer
+            cache[q.dtype] = cache[torch.float32].to(q.dtype)
+        return cache[q.dtype]
+
+
+def constant_bias(slopes: Tensor, dist: Tensor, mask: Tensor) -> Tensor:
+    """-m_h |t_i - t_j| as float32 B|1 x H x T x T, -inf at the padded keys (``mask`` B x T False),
+    without autograd: the bias every layer gives SDPA when the slopes are fixed."""
+    with torch.no_grad():
+        bias = dist[:, None] * slopes.detach().float().neg()[:, None, None]
+        if torch.onnx.is_in_onnx_export():
+            return bias.masked_fill(~mask[:, None, None, :], float("-inf"))
+        if not bool(mask.all()):
+            bias = bias.expand(mask.shape[0], -1, -1, -1).masked_fill(~mask[:, None, None, :], float("-inf"))
+        return bias
 
 
 def distances(t: Tensor, block: int = 512) -> Tensor:

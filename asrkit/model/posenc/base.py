@@ -75,7 +75,10 @@ class PositionalEncoding(nn.Module):
 
     def attn_bias(self, layer: int, q: Tensor, state: PosState) -> "Optional[Tensor | QBias]":
         """An additive attention bias broadcastable to B x H x T x T, or a :class:`QBias` (a bias
-        computed from the queries, which the attention may fuse), or None. q: B x H x T x Dh."""
+        computed from the queries, which the attention may fuse), or None. q: B x H x T x Dh.
+        A tensor bias already holds -inf at the padded keys (``state.mask`` False), so the
+        attention hands it to SDPA as it is and one tensor can serve every layer (alibi); a
+        :class:`QBias` is masked by the attention."""
         return None
 
     def after_layer(self, layer: int, x: Tensor, state: PosState) -> Tensor:

@@ -137,7 +137,8 @@ class RelPos(PositionalEncoding):
             return None
         w = table * (1.0 / math.sqrt(q.shape[-1]))
         if "rel_dense" in state.extra:
-            return self._dense_bias(q, w, state.extra["rel_dense"])
+            bias = self._dense_bias(q, w, state.extra["rel_dense"])  # a tensor bias masks the padded keys itself
+            return bias.masked_fill(~state.mask[:, None, None, :], float("-inf"))
         return RelBias(w, state.extra["rel_blocks"], self.max_lag, self.zero_beyond)
 
     def _dense_index(self, times: Tensor) -> Tensor:
