@@ -85,3 +85,28 @@ def test_bad_seed_options_fail_before_any_work(recipe, script, args, message):
     p, calls = _run(recipe, script, *args)
     assert p.returncode == 2 and message in p.stderr, p.stderr
     assert calls == []
+
+
+def test_pos_compare_refuses_a_model_trained_with_another_budget(recipe):
+    """A finished model is skipped on a rerun, so one trained with another --steps would enter the
+    table under this budget: refused before any work, naming the experiment, its budget and a
+    remedy that works as printed (moving it away lets the run go on)."""
+    cfg = recipe / "exp" / "pos_nopos_seed2" / "config.yaml"
+    cfg.parent.mkdir(parents=True)
+    cfg.write_text("encoder:\n  pos_enc: nopos\ntrain:\n  seed: 2\n  max_steps: 800\n  max_epochs: 100\n")
+    p, calls = _run(recipe, "run_pos_compare.sh", "--encodings", "nopos", "--seeds", "1 2", "--steps", "2000")
+    assert p.returncode == 2 and calls == [], p.stderr
+    msg = p.stderr
+    assert "exp/pos_nopos_seed2 was trained with train.max_steps=800, not --steps 2000" in msg
+    assert "rerun with --steps 800" in msg
+    remedy = msg[msg.index("mv "):].split()[:3]
+    assert remedy == ["mv", "exp/pos_nopos_seed2", "exp/pos_nopos_seed2_steps800"]
+    subprocess.run(remedy, cwd=recipe, check=True)
+    p, calls = _run(recipe, "run_pos_compare.sh", "--encodings", "nopos", "--seeds", "1 2", "--steps", "2000")
+    assert "was trained with" not in p.stderr
+    assert calls  # past the check: the data stages run (the stand-in records them)
+    # the same budget: reused as before
+    cfg.parent.mkdir(parents=True, exist_ok=True)
+    cfg.write_text("train:\n  max_steps: 2000\n")
+    p, calls = _run(recipe, "run_pos_compare.sh", "--encodings", "nopos", "--seeds", "1 2", "--steps", "2000")
+    assert "was trained with" not in p.stderr and calls

@@ -13,7 +13,7 @@
 #   exp/pos_compare/compare.md, compare.json, wer_vs_duration.png, wer_vs_window.png
 # and copies them to the recipe's RESULTS.md (+ PNGs) (a later ./run.sh stage 6 rewrites RESULTS.md
 # with every experiment and no baselines; rerunning this script, which skips every finished model,
-# writes the study's again).
+# writes the study's again; a model trained with another --steps is refused, not reused).
 #   ./run_pos_compare.sh [--encodings "nopos sinpos cape"] [--seeds "1 2 3"] [--steps 1200] [--parallel 2]
 # NAME+cape trains NAME with CAPE's augmentation of the frame times (encoder.pos.augment=cape; rope, alibi).
 # Experiments: exp/pos_<encoding>_seed<N> (train.seed=N); --parallel N trains N models at once.
@@ -39,6 +39,22 @@ seeds=${seeds//,/ }
 [ -n "$seeds" ] || { echo "$0: --seeds needs at least one seed" >&2; exit 2; }
 for s in $seeds; do [[ "$s" =~ ^[0-9]+$ ]] || { echo "$0: --seeds: '$s' is not a non-negative integer" >&2; exit 2; }; done
 [[ "$steps" =~ ^[1-9][0-9]*$ ]] || { echo "$0: --steps must be a positive integer, got '$steps'" >&2; exit 2; }
+
+# a finished model is skipped, so one trained with another budget would enter the table as if it had
+# this one: refuse before any work
+for enc in $encodings; do
+    for seed in $seeds; do
+        cfg=exp/pos_${enc}_seed${seed}/config.yaml
+        [ -f "$cfg" ] || continue
+        had=$(awk '/^train:/{t=1;next} /^[^ ]/{t=0} t && $1=="max_steps:"{print $2}' "$cfg")
+        if [ -n "$had" ] && [ "$had" != "$steps" ]; then
+            echo "$0: exp/pos_${enc}_seed${seed} was trained with train.max_steps=$had, not --steps $steps;" \
+                "rerun with --steps $had to reuse it, or move it away to train anew:" \
+                "mv exp/pos_${enc}_seed${seed} exp/pos_${enc}_seed${seed}_steps$had" >&2
+            exit 2
+        fi
+    done
+done
 
 ./run.sh --stop_stage 3   # data and tokens (skipped when done)
 if [ ! -f data/manifests/mini_cuts_test-span.jsonl.gz ]; then
