@@ -32,13 +32,13 @@ def recipe(tmp_path):
     egs = tmp_path / "egs"
     mini = egs / "mini" / "asr1"
     mini.mkdir(parents=True)
-    for name in ("run.sh", "run_pos_compare.sh", "run_budget_curve.sh"):
+    for name in ("run.sh", "run_pos_compare.sh", "run_budget_curve.sh", "run_padfree_compare.sh"):
         shutil.copy(ROOT / "egs" / "mini" / "asr1" / name, mini / name)
     (mini / "db.sh").write_text("MINI=/nowhere\n")
     (mini / "path.sh").write_text("")
     tpl = egs / "TEMPLATE" / "asr1"
     (tpl / "utils").mkdir(parents=True)
-    for name in ("parse_options.sh", "seeds.sh"):
+    for name in ("parse_options.sh", "seeds.sh", "budget.sh"):
         shutil.copy(ROOT / "egs" / "TEMPLATE" / "asr1" / "utils" / name, tpl / "utils" / name)
     (tpl / "asr.sh").write_text(STUB_ASR)
     (tpl / "asr.sh").chmod(0o755)
@@ -87,26 +87,27 @@ def test_bad_seed_options_fail_before_any_work(recipe, script, args, message):
     assert calls == []
 
 
-def test_pos_compare_refuses_a_model_trained_with_another_budget(recipe):
+@pytest.mark.parametrize("script, exp", [("run_pos_compare.sh", "pos_nopos_seed2"),
+                                         ("run_padfree_compare.sh", "pf_nopos_seed2")])
+def test_compare_scripts_refuse_a_model_trained_with_another_budget(recipe, script, exp):
     """A finished model is skipped on a rerun, so one trained with another --steps would enter the
-    table under this budget: refused before any work, naming the experiment, its budget and a
-    remedy that works as printed (moving it away lets the run go on)."""
-    cfg = recipe / "exp" / "pos_nopos_seed2" / "config.yaml"
+    comparison under this budget: refused before any work, naming the experiment, its budget and a
+    remedy that works as printed (moving it away lets the run go on; the same budget is reused)."""
+    args = ["--encodings", "nopos", "--seeds", "1 2", "--steps", "2000"]
+    cfg = recipe / "exp" / exp / "config.yaml"
     cfg.parent.mkdir(parents=True)
     cfg.write_text("encoder:\n  pos_enc: nopos\ntrain:\n  seed: 2\n  max_steps: 800\n  max_epochs: 100\n")
-    p, calls = _run(recipe, "run_pos_compare.sh", "--encodings", "nopos", "--seeds", "1 2", "--steps", "2000")
+    p, calls = _run(recipe, script, *args)
     assert p.returncode == 2 and calls == [], p.stderr
     msg = p.stderr
-    assert "exp/pos_nopos_seed2 was trained with train.max_steps=800, not --steps 2000" in msg
+    assert f"exp/{exp} was trained with train.max_steps=800, not --steps 2000" in msg
     assert "rerun with --steps 800" in msg
     remedy = msg[msg.index("mv "):].split()[:3]
-    assert remedy == ["mv", "exp/pos_nopos_seed2", "exp/pos_nopos_seed2_steps800"]
+    assert remedy == ["mv", f"exp/{exp}", f"exp/{exp}_steps800"]
     subprocess.run(remedy, cwd=recipe, check=True)
-    p, calls = _run(recipe, "run_pos_compare.sh", "--encodings", "nopos", "--seeds", "1 2", "--steps", "2000")
-    assert "was trained with" not in p.stderr
-    assert calls  # past the check: the data stages run (the stand-in records them)
-    # the same budget: reused as before
+    p, calls = _run(recipe, script, *args)
+    assert "was trained with" not in p.stderr and calls  # past the check: the data stages ran (stand-in)
     cfg.parent.mkdir(parents=True, exist_ok=True)
     cfg.write_text("train:\n  max_steps: 2000\n")
-    p, calls = _run(recipe, "run_pos_compare.sh", "--encodings", "nopos", "--seeds", "1 2", "--steps", "2000")
+    p, calls = _run(recipe, script, *args)
     assert "was trained with" not in p.stderr and calls

@@ -27,6 +27,12 @@ seeds_join "$@"; set -- "${__args[@]}"
 . ../../TEMPLATE/asr1/utils/parse_options.sh
 [ $# -eq 0 ] || { echo "$0: unexpected argument(s): $*" >&2; exit 2; }
 seeds=${seeds//,/ }
+dirs=()
+for enc in $encodings; do for sampler in pd pf; do for seed in ${seeds:-_}; do
+    dirs+=("exp/${sampler}_${enc}$([ "$seed" = _ ] || echo "_seed$seed")")
+done; done; done
+. ../../TEMPLATE/asr1/utils/budget.sh
+budget_check "$steps" "${dirs[@]}"  # a model trained with another budget: refused (utils/budget.sh)
 
 ./run.sh --stop_stage 3   # data and tokens (skipped when done)
 . ./path.sh

@@ -40,21 +40,9 @@ seeds=${seeds//,/ }
 for s in $seeds; do [[ "$s" =~ ^[0-9]+$ ]] || { echo "$0: --seeds: '$s' is not a non-negative integer" >&2; exit 2; }; done
 [[ "$steps" =~ ^[1-9][0-9]*$ ]] || { echo "$0: --steps must be a positive integer, got '$steps'" >&2; exit 2; }
 
-# a finished model is skipped, so one trained with another budget would enter the table as if it had
-# this one: refuse before any work
-for enc in $encodings; do
-    for seed in $seeds; do
-        cfg=exp/pos_${enc}_seed${seed}/config.yaml
-        [ -f "$cfg" ] || continue
-        had=$(awk '/^train:/{t=1;next} /^[^ ]/{t=0} t && $1=="max_steps:"{print $2}' "$cfg")
-        if [ -n "$had" ] && [ "$had" != "$steps" ]; then
-            echo "$0: exp/pos_${enc}_seed${seed} was trained with train.max_steps=$had, not --steps $steps;" \
-                "rerun with --steps $had to reuse it, or move it away to train anew:" \
-                "mv exp/pos_${enc}_seed${seed} exp/pos_${enc}_seed${seed}_steps$had" >&2
-            exit 2
-        fi
-    done
-done
+dirs=(); for enc in $encodings; do for seed in $seeds; do dirs+=("exp/pos_${enc}_seed${seed}"); done; done
+. ../../TEMPLATE/asr1/utils/budget.sh
+budget_check "$steps" "${dirs[@]}"  # a model trained with another budget: refused (utils/budget.sh)
 
 ./run.sh --stop_stage 3   # data and tokens (skipped when done)
 if [ ! -f data/manifests/mini_cuts_test-span.jsonl.gz ]; then
