@@ -87,6 +87,15 @@ def test_bad_seed_options_fail_before_any_work(recipe, script, args, message):
     assert calls == []
 
 
+def _trained_config(max_steps: int) -> str:
+    """config.yaml as a training run writes it (asrkit.config.dump_config of the resolved mini config)."""
+    from asrkit.config import dump_config
+    from asrkit.training.checks import load_config
+
+    return dump_config(load_config(ROOT / "egs" / "mini" / "asr1" / "conf" / "train.yaml",
+                                   ["encoder.pos_enc=nopos", "train.seed=2", f"train.max_steps={max_steps}"]))
+
+
 @pytest.mark.parametrize("script, exp", [("run_pos_compare.sh", "pos_nopos_seed2"),
                                          ("run_padfree_compare.sh", "pf_nopos_seed2")])
 def test_compare_scripts_refuse_a_model_trained_with_another_budget(recipe, script, exp):
@@ -96,7 +105,7 @@ def test_compare_scripts_refuse_a_model_trained_with_another_budget(recipe, scri
     args = ["--encodings", "nopos", "--seeds", "1 2", "--steps", "2000"]
     cfg = recipe / "exp" / exp / "config.yaml"
     cfg.parent.mkdir(parents=True)
-    cfg.write_text("encoder:\n  pos_enc: nopos\ntrain:\n  seed: 2\n  max_steps: 800\n  max_epochs: 100\n")
+    cfg.write_text(_trained_config(800))  # as training writes it
     p, calls = _run(recipe, script, *args)
     assert p.returncode == 2 and calls == [], p.stderr
     msg = p.stderr
@@ -108,6 +117,6 @@ def test_compare_scripts_refuse_a_model_trained_with_another_budget(recipe, scri
     p, calls = _run(recipe, script, *args)
     assert "was trained with" not in p.stderr and calls  # past the check: the data stages ran (stand-in)
     cfg.parent.mkdir(parents=True, exist_ok=True)
-    cfg.write_text("train:\n  max_steps: 2000\n")
+    cfg.write_text(_trained_config(2000))
     p, calls = _run(recipe, script, *args)
     assert "was trained with" not in p.stderr and calls

@@ -42,7 +42,7 @@ class SelfAttention(nn.Module):
             if fuse_qbias(q, dropout_p):
                 y = attention_qbias(q, k, v, bias, key_mask)
                 return self.out(y.transpose(1, 2).reshape(B, T, D))
-            bias = bias.materialize(q).to(q.dtype)
+            bias = bias.materialize(q)
             if key_mask is not None:
                 bias = bias.masked_fill(~key_mask, float("-inf"))
         # a tensor bias from the encoding already masks the padded keys (PositionalEncoding.attn_bias)
