@@ -196,8 +196,10 @@ def test_no_t_by_t_tensor_and_linear_memory(pos_enc, attention):
     assert 1.8 < big2 / big < 2.3
 
 
-def test_softmax_attention_does_build_t_by_t():
-    """Control for the check above: with softmax attention and padding a T x T tensor shows up."""
+def test_softmax_attention_does_build_t_by_t(monkeypatch):
+    """Control for the check above: with softmax attention and padding a T x T tensor shows up
+    (relpos through its PyTorch path: its compiled kernel's blocks are not aten ops seen here)."""
+    monkeypatch.setenv("ASRKIT_KERNELS", "0")
     T = 211
     shapes = run_encoder("relpos", "softmax", T)
     assert any(sum(n == T for n in s) >= 2 for s in shapes)

@@ -10,8 +10,11 @@ Every encoding runs against ``nopos`` in the same run, and ``nopos`` against
 ``torch.nn.TransformerEncoder`` of the same size (same dropout, post-LN, batch_first).
 SPE needs linear attention, so it is compared with ``nopos`` on the same linear attention and is
 also run at longer T to show memory growing linearly. The row ``relpos (bias materialized)`` runs
-relpos without the fused CPU attention (:func:`asrkit.model.attention.attention_qbias`): the A/B of
-that optimization (``--lengths 1000 --long --only relpos`` for just those rows). ``alibi`` (fixed
+relpos without any fused CPU attention, ``relpos (no compiled kernel)`` without the compiled kernel
+(``asrkit/model/csrc/relpos_attention.cpp``) but with the PyTorch fused path
+(:func:`asrkit.model.attention.attention_qbias`): the A/B of those optimizations
+(``--lengths 1000 --long --only relpos`` for just those rows). The compiled kernel is built before
+any timing (a first run compiles it, ~25-60 s). ``alibi`` (fixed
 slopes) gives SDPA one constant bias per forward; ``alibi (learned slopes: fused bias)`` needs the
 bias's gradient and takes the fused CPU attention instead.
 
@@ -63,6 +66,7 @@ POS_ENC_ROWS: list[tuple] = [
     ("relpos", "relpos", "softmax"),
     ("relpos (6 s context)", "relpos", "softmax", ["encoder.pos.context_s=6.0"]),
     ("relpos (bias materialized)", "relpos", "softmax", ["!materialize"]),  # the unfused path, for A/B
+    ("relpos (no compiled kernel)", "relpos", "softmax", ["!nokernel"]),  # the PyTorch fused path, for A/B
     ("relpos_first", "relpos_first", "softmax"),
     ("cape", "cape", "softmax"),
     ("shape", "shape", "softmax"),
@@ -101,7 +105,9 @@ def _build(pos_enc: str, attention: str, extra: list[str]):
     from asrkit.training.checks import load_config
 
     materialize = "!materialize" in extra  # run a QBias (relpos) through the materialized bias + SDPA-style path
-    extra = [e for e in extra if e != "!materialize"]
+    if "!nokernel" in extra:  # relpos without its compiled kernel (asrkit.model.kernels): the PyTorch fused path
+        os.environ["ASRKIT_KERNELS"] = "0"
+    extra = [e for e in extra if e not in ("!materialize", "!nokernel")]
     cfg = load_config(None, [
         f"encoder.pos_enc={pos_enc}", f"encoder.attention={attention}", f"encoder.d_model={D_MODEL}",
         f"encoder.n_layers={N_LAYERS}", f"encoder.n_heads={N_HEADS}", f"encoder.d_ff={D_FF}",
@@ -232,6 +238,10 @@ def main(argv: list[str]) -> int:
     long = args.long if args.long is not None else ([1000] if args.quick else [10000])
     long = [t for t in long if t not in lengths]
     rows = [r for r in POS_ENC_ROWS if not args.only or any(o in r[0] for o in args.only)]
+    if any(r[1].startswith("relpos") for r in rows):
+        from asrkit.model import kernels
+
+        kernels.load("relpos_attention")  # built here once (~25-60 s the first time), not in a timed worker
     bases = {_base_label(r) for r in rows}  # plus the base rows they are measured against
     rows = [r for r in POS_ENC_ROWS if r in rows or r[0] in bases]
     res: dict[tuple[str, int], Optional[dict]] = {}

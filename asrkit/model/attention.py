@@ -4,8 +4,10 @@ Positional encodings reach the attention only through two hooks of the encoding 
 ``qk`` (transform q and k, e.g. SPE) and ``attn_bias`` (an additive bias, e.g. relpos).
 Padding is a boolean key mask (``None`` when the batch has no padding, which lets SDPA use
 its fastest kernels). A bias given as a :class:`~asrkit.model.posenc.base.QBias` (relpos) is
-fused into the attention when training on CPU in float32 (:func:`attention_qbias`); everywhere
-else it is materialized, masked and passed to SDPA as ``attn_mask``. A bias given as a tensor
+computed with the whole attention by the bias's own compiled kernel where it has one
+(:meth:`QBias.attention`: relpos on CPU in float32, training and inference), else fused into the
+attention when training on CPU in float32 (:func:`attention_qbias`); everywhere else it is
+materialized, masked and passed to SDPA as ``attn_mask``. A bias given as a tensor
 (alibi's, formed once per forward) already masks the padded keys and goes to SDPA as it is.
 """
 from __future__ import annotations
@@ -39,8 +41,11 @@ class SelfAttention(nn.Module):
         bias = pos.attn_bias(layer, q, state)
         dropout_p = self.dropout if self.training else 0.0
         if isinstance(bias, QBias):
-            if fuse_qbias(q, dropout_p):
+            # the bias's own compiled kernel of the whole attention (relpos on CPU), else the fused path
+            y = bias.attention(q, k, v, key_mask) if FUSE_QBIAS and dropout_p == 0.0 else None
+            if y is None and fuse_qbias(q, dropout_p):
                 y = attention_qbias(q, k, v, bias, key_mask)
+            if y is not None:
                 return self.out(y.transpose(1, 2).reshape(B, T, D))
             bias = bias.materialize(q)
             if key_mask is not None:
@@ -66,7 +71,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], dropout_p
     return torch.bmm(p, v.reshape(-1, S, v.shape[-1])).view(*lead, T, v.shape[-1])
 
 
-#: set False to always materialize a QBias (A/B measurements: ``asrkit bench pos_enc``)
+#: set False to always materialize a QBias, compiled kernels included (A/B: ``python -m asrkit.bench pos_enc``)
 FUSE_QBIAS = True
 
 

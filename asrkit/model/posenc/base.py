@@ -120,6 +120,12 @@ class QBias:
         ``weight`` (None when not ``need_weight``)."""
         raise NotImplementedError
 
+    def attention(self, q: Tensor, k: Tensor, v: Tensor, key_mask: Optional[Tensor]) -> Optional[Tensor]:
+        """``softmax(q k^T / sqrt(d) + bias) v`` by a kernel of this bias's own that computes the
+        whole attention, or None (the default: none here), in which case the attention fills a
+        score buffer with :meth:`fill_`. ``key_mask``: B x 1 x 1 x T bool (True = attend) or None."""
+        return None
+
     def materialize(self, q: Tensor) -> Tensor:
         """The bias as a differentiable B x H x T x T tensor."""
         return _QBiasFn.apply(q, self.weight, self)

@@ -25,10 +25,15 @@ regular frames, at most 2K+1; clipped lags reuse the edge columns) and placed,
 ``bias_ij = S[i, r(i,j) - lo]``, straight into a B x H x T x T buffer; the backward takes the bias
 gradient back block by block and keeps no S (:class:`RelBias`). The blocks make the cost
 T x (T + b) x d_head, like ``q k^T``, instead of T x (2K+1) x d_head.
-:meth:`RelPos.attn_bias` returns the bias as a :class:`~asrkit.model.posenc.base.QBias`: training on
-CPU, the attention writes it straight into its own score buffer and hands it the score gradient
-(:func:`asrkit.model.attention.attention_qbias`, one T x T buffer per layer in all); elsewhere it
-is materialized as the additive ``attn_mask`` of ``scaled_dot_product_attention``. The block
+:meth:`RelPos.attn_bias` returns the bias as a :class:`~asrkit.model.posenc.base.QBias`. On CPU in
+float32 with regular frames (padded batches), training and inference, the whole attention is one
+compiled kernel (:meth:`RelBias.attention`, ``asrkit/model/csrc/relpos_attention.cpp``, built on
+first use by :mod:`asrkit.model.kernels`): blocks of query rows with their scores, lag products and
+gradients in cache, nothing T x T kept for the backward (it recomputes, as flash attention does).
+Otherwise in training on CPU, the attention writes the bias straight into its own score buffer and
+hands it the score gradient (:func:`asrkit.model.attention.attention_qbias`, one T x T buffer per
+layer in all); elsewhere it is materialized as the additive ``attn_mask`` of
+``scaled_dot_product_attention``. The block
 ranges (and for irregular frames the lag index: 1 x T x T when the batch shares its frame times,
 else B x T x T) are computed once per forward in :meth:`begin` and shared by the layers; each
 layer's bias lives only inside its attention call. ``beyond: zero`` costs no more than ``clip``:
@@ -44,6 +49,7 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
+from asrkit.model import kernels
 from asrkit.model.posenc.base import PositionalEncoding, PosState, QBias
 from asrkit.schema import ConfigError
 
@@ -200,6 +206,21 @@ class RelBias(QBias):
         self.zero_beyond = zero_beyond
         self.regular = all(index is None for *_, index in blocks)
 
+    #: query rows per block of the compiled kernel (a block's T x T-sized work stays in cache)
+    kernel_block = 128
+
+    def attention(self, q: Tensor, k: Tensor, v: Tensor, key_mask: Optional[Tensor]) -> Optional[Tensor]:
+        """The whole attention by the compiled CPU kernel (:mod:`asrkit.model.kernels`,
+        ``csrc/relpos_attention.cpp``) for regular frames in float32 on CPU; None otherwise (or
+        where the kernel cannot be built): the attention then fills its buffer with :meth:`fill_`."""
+        if not (self.regular and q.device.type == "cpu" and q.dtype == torch.float32 and q.shape[-2] == k.shape[-2]
+                and (key_mask is None or key_mask.shape[1] == key_mask.shape[2] == 1)):
+            return None
+        ext = kernels.load("relpos_attention")
+        if ext is None:
+            return None
+        return _RelPosAttention.apply(q, k, v, self.weight, self, key_mask, ext)
+
     def _span(self, lo: int, hi: int) -> tuple[int, int, int]:
         """Of a block's lags ``lo .. hi``, columns ``a .. a + n - 1`` lie inside the context and
         use table rows ``r0 .. r0 + n - 1``."""
@@ -290,6 +311,34 @@ class RelBias(QBias):
                 gq[:, :, i0:i1].view(B * H, b, Dh).baddbmm_(ds.view(B * H, b, -1), tab.expand(B * H, *tab.shape))
             if gw is not None:
                 gw[r0:r1] += ds.view(-1, r1 - r0).t() @ q[:, :, i0:i1].reshape(-1, Dh)
+
+
+class _RelPosAttention(torch.autograd.Function):
+    """softmax(q k^T / sqrt(d) + bias) v with ``bias_ij = q_i . w_clip(j - i)`` by the compiled
+    kernel: blocks of query rows with their scores, lag products, dP and dS in cache; the backward
+    recomputes each block's probabilities, so nothing T x T is kept (the saved tensors are those of
+    SDPA's: q, k, v, the output, plus the table). Regular frames only (lag = j - i)."""
+
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, weight: Tensor, rb: "RelBias", key_mask: Optional[Tensor], ext):
+        B, H, T, Dh = q.shape
+        q, k, v = (x.detach() if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))  # BLAS-ready rows
+        w = weight.detach().float().contiguous()
+        km = key_mask.reshape(B, -1) if key_mask is not None else torch.empty(0, dtype=torch.bool)
+        scale = Dh**-0.5
+        out = ext.forward(q, k, v, w, rb.max_lag, rb.zero_beyond, km, scale, RelBias.kernel_block)
+        ctx.save_for_backward(q, k, v, w, out, km)
+        ctx.rb, ctx.ext, ctx.scale = rb, ext, scale
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: Tensor):
+        q, k, v, w, out, km = ctx.saved_tensors
+        rb = ctx.rb
+        gq, gk, gv, gw = ctx.ext.backward(grad.contiguous(), q, k, v, w, out, rb.max_lag, rb.zero_beyond,
+                                          km, ctx.scale, RelBias.kernel_block)
+        return gq, gk, gv, gw, None, None, None
 
 
 class RelPosFirst(RelPos):
