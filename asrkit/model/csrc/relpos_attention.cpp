@@ -137,7 +137,9 @@ std::vector<at::Tensor> relpos_attention_backward(const at::Tensor& grad, const 
   at::Tensor km = masked ? kmask.to(at::kBool).contiguous() : kmask;
   at::Tensor gq = at::empty(q.sizes(), q.options()), gk = at::zeros(k.sizes(), k.options()),
              gv = at::zeros(v.sizes(), v.options());
-  at::Tensor gw_parts = at::zeros({B * H, w.size(0), Dh}, q.options());
+  // the table's gradient: one partial sum per thread (not per (batch, head): B x H tables would be
+  // tens of MB for a large batch), added up at the end
+  at::Tensor gw_parts = at::zeros({at::get_num_threads(), w.size(0), Dh}, q.options());
   at::Tensor delta = (grad * out).sum(-1);  // B x H x T: rowsum(P * dP) = dO . O
   at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
     FlushDenormals ftz;
@@ -145,7 +147,8 @@ std::vector<at::Tensor> relpos_attention_backward(const at::Tensor& grad, const 
     at::Tensor prod, pb, ds, g;  // per block: lag products, probabilities, dS (bsz x S), dS by lag (bsz x n)
     for (int64_t bh = begin; bh < end; ++bh) {
       const int64_t b = bh / H, h = bh % H;
-      at::Tensor kb = k[b][h], vb = v[b][h], gkb = gk[b][h], gvb = gv[b][h], gwb = gw_parts[bh];
+      at::Tensor kb = k[b][h], vb = v[b][h], gkb = gk[b][h], gvb = gv[b][h];
+      at::Tensor gwb = gw_parts[at::get_thread_num()];
       const float* dl = delta[b][h].data_ptr<float>();
       const bool* mk = masked ? km[b].data_ptr<bool>() : nullptr;
       for (int64_t i0 = 0; i0 < T; i0 += block) {
