@@ -5,6 +5,20 @@ import pytest
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 
 
+def pytest_sessionstart(session):
+    """Build relpos's compiled CPU kernel once, before any test (~25-60 s on a fresh machine, then
+    cached in ~/.cache/asrkit/kernels): tests and the training subprocesses they start then load
+    it instead of each compiling it inside their own time limits."""
+    import logging
+    import time
+
+    from asrkit.model import kernels
+
+    t0 = time.time()
+    ok = kernels.load("relpos_attention") is not None
+    logging.getLogger(__name__).info("relpos kernel %s in %.0f s", "ready" if ok else "NOT available", time.time() - t0)
+
+
 @pytest.fixture(autouse=True)
 def _seed_and_threads():
     import random
