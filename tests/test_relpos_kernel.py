@@ -146,7 +146,7 @@ def test_kernel_serves_training_and_inference_not_irregular_frames(ext, monkeypa
     assert used and not any(used)  # irregular frames: no kernel
 
 
-def test_kernels_off_or_unbuildable_fall_back_to_the_same_results(ext, monkeypatch, caplog):
+def test_kernels_off_or_unbuildable_fall_back_to_the_same_results(ext, monkeypatch, caplog, tmp_path):
     """ASRKIT_KERNELS=0, or a kernel that cannot be built (no compiler, ...): a warning naming the
     cause and the switch, then the PyTorch path with the same results."""
     pos, state, mask, qkv, (q, k, v) = _case(30, 0.3, "clip", [30, 17])
@@ -169,9 +169,35 @@ def test_kernels_off_or_unbuildable_fall_back_to_the_same_results(ext, monkeypat
 
     monkeypatch.setattr(cpp_extension, "load", no_compiler)
     monkeypatch.setattr(kernels, "_loaded", {})
+    monkeypatch.setenv("ASRKIT_CACHE", str(tmp_path))  # nothing built there yet
     with caplog.at_level(logging.WARNING, logger="asrkit.model.kernels"):
         assert kernels.load("relpos_attention") is None
     assert "not available (RuntimeError: error: command 'c++' failed" in caplog.text
     assert "ASRKIT_KERNELS=0" in caplog.text
     with torch.no_grad():
         torch.testing.assert_close(attn(x, km, pos, state, 0), want, atol=1e-5, rtol=1e-5)
+
+
+def test_built_kernel_is_imported_without_a_build_lock_and_a_stale_lock_is_removed(ext, tmp_path, monkeypatch, caplog):
+    """A process killed while compiling leaves torch's build lock behind, and torch would wait for
+    it forever: an existing build is imported without it, and an old lock is removed (a fresh one,
+    a build in progress elsewhere, is left alone)."""
+    import os
+    import time
+
+    build = next(p for p in kernels.cache_dir().iterdir() if p.name.startswith("relpos_attention_"))
+    monkeypatch.setattr(kernels, "_loaded", {})
+    lock = build / "lock"
+    lock.touch()
+    try:
+        assert kernels.load("relpos_attention") is not None  # would hang in torch's baton.wait()
+    finally:
+        lock.unlink()
+    fresh = tmp_path / "lock"
+    fresh.touch()
+    assert not kernels.clear_stale_lock(tmp_path) and fresh.exists()
+    old = time.time() - kernels.STALE_LOCK_S - 60
+    os.utime(fresh, (old, old))
+    with caplog.at_level(logging.WARNING, logger="asrkit.model.kernels"):
+        assert kernels.clear_stale_lock(tmp_path)
+    assert not fresh.exists() and "build lock left" in caplog.text

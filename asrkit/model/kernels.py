@@ -18,6 +18,7 @@ import os
 import platform
 import shutil
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 from typing import Optional
@@ -38,6 +39,11 @@ def cache_dir() -> Path:
     return Path(root) / "kernels"
 
 
+#: a build lock older than this (s) was left by a process killed while compiling (Ctrl-C during the
+#: first use): torch would wait for it forever, so it is removed (a real build takes ~1 minute)
+STALE_LOCK_S = 600
+
+
 def load(name: str) -> Optional[ModuleType]:
     """The compiled module ``csrc/<name>.cpp`` (built on first use), or None where kernels are
     off or the build fails (logged once per process)."""
@@ -52,18 +58,50 @@ def load(name: str) -> Optional[ModuleType]:
     src = _SRC / f"{name}.cpp"
     flags = ["-O3", "-fopenmp"]  # OpenMP: ATen's parallel_for is inline code, serial without it
     key = hashlib.sha1(src.read_bytes() + f"{torch.__version__} {platform.machine()} {flags}".encode()).hexdigest()[:12]
+    module = f"asrkit_{name}_{key}"
     build = cache_dir() / f"{name}_{key}"
+    built = build / f"{module}.so"
+    if built.exists():  # built before: import it (no build lock, no ninja run)
+        try:
+            _loaded[name] = _import(module, built)
+            return _loaded[name]
+        except Exception as e:  # e.g. a file truncated by a killed build: build again below
+            log.warning("could not load %s (%s: %s); building it again", built, type(e).__name__, e)
     if shutil.which("ninja") is None and (Path(sys.executable).parent / "ninja").exists():
         # pip's ninja in a virtualenv that is not activated: torch runs `ninja` from PATH
         os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     try:
         build.mkdir(parents=True, exist_ok=True)
-        if not (build / f"asrkit_{name}_{key}.so").exists():
-            log.info("compiling asrkit's %s CPU kernel into %s (once, ~1 min)", name, build)
-        _loaded[name] = cpp_extension.load(name=f"asrkit_{name}_{key}", sources=[str(src)], build_directory=str(build),
+        clear_stale_lock(build)
+        log.info("compiling asrkit's %s CPU kernel into %s (once, ~1 min)", name, build)
+        _loaded[name] = cpp_extension.load(name=module, sources=[str(src)], build_directory=str(build),
                                            extra_cflags=flags, extra_ldflags=["-fopenmp"], verbose=False)
     except Exception as e:  # no compiler, no ninja, read-only cache, ...: the PyTorch path instead
         log.warning("asrkit's compiled %s kernel is not available (%s: %s); using the PyTorch path "
                     "(same results, slower). Set ASRKIT_KERNELS=0 to skip this attempt.",
                     name, type(e).__name__, str(e).strip().splitlines()[-1] if str(e).strip() else "")
     return _loaded[name]
+
+
+def _import(module: str, path: Path) -> ModuleType:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(module, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def clear_stale_lock(build: Path, max_age_s: float = STALE_LOCK_S) -> bool:
+    """Remove torch's build lock in ``build`` if it is older than ``max_age_s`` (left by a killed
+    build; torch would wait for it forever). Returns whether one was removed."""
+    lock = build / "lock"
+    try:
+        age = time.time() - lock.stat().st_mtime
+    except FileNotFoundError:
+        return False
+    if age < max_age_s:
+        return False
+    log.warning("removing %s, a build lock left %.0f minutes ago by a process that did not finish", lock, age / 60)
+    lock.unlink(missing_ok=True)
+    return True
