@@ -147,8 +147,9 @@ def test_kernel_serves_training_and_inference_not_irregular_frames(ext, monkeypa
 
 
 def test_kernels_off_or_unbuildable_fall_back_to_the_same_results(ext, monkeypatch, caplog, tmp_path):
-    """ASRKIT_KERNELS=0, or a kernel that cannot be built (no compiler, ...): a warning naming the
-    cause and the switch, then the PyTorch path with the same results."""
+    """ASRKIT_KERNELS=0, or a kernel that cannot be built (here for real: the compiler named by
+    CXX does not exist): a warning naming the cause and the switch, then the PyTorch path with the
+    same results."""
     pos, state, mask, qkv, (q, k, v) = _case(30, 0.3, "clip", [30, 17])
     attn = SelfAttention(D, HEADS)
     x = torch.randn(2, 30, D)
@@ -162,18 +163,17 @@ def test_kernels_off_or_unbuildable_fall_back_to_the_same_results(ext, monkeypat
         torch.testing.assert_close(attn(x, km, pos, state, 0), want, atol=1e-5, rtol=1e-5)
     monkeypatch.delenv("ASRKIT_KERNELS")
 
-    from torch.utils import cpp_extension
-
-    def no_compiler(*a, **k):
-        raise RuntimeError("error: command 'c++' failed: No such file or directory")
-
-    monkeypatch.setattr(cpp_extension, "load", no_compiler)
+    # a real failed build: a compiler that does not exist, an empty cache
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-c++"))
+    monkeypatch.setenv("ASRKIT_CACHE", str(tmp_path))
     monkeypatch.setattr(kernels, "_loaded", {})
-    monkeypatch.setenv("ASRKIT_CACHE", str(tmp_path))  # nothing built there yet
     with caplog.at_level(logging.WARNING, logger="asrkit.model.kernels"):
         assert kernels.load("relpos_attention") is None
-    assert "not available (RuntimeError: error: command 'c++' failed" in caplog.text
+    assert "kernel is not available (RuntimeError: " in caplog.text
+    reason = caplog.text.split("kernel is not available", 1)[1]  # the shell's reason, not ninja's last line
+    assert "no-such-c++" in reason and ("not found" in reason or "No such file" in reason)
     assert "ASRKIT_KERNELS=0" in caplog.text
+    assert pos.attn_bias(0, q, state).attention(q, k, v, km) is None
     with torch.no_grad():
         torch.testing.assert_close(attn(x, km, pos, state, 0), want, atol=1e-5, rtol=1e-5)
 

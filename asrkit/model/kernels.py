@@ -79,8 +79,17 @@ def load(name: str) -> Optional[ModuleType]:
     except Exception as e:  # no compiler, no ninja, read-only cache, ...: the PyTorch path instead
         log.warning("asrkit's compiled %s kernel is not available (%s: %s); using the PyTorch path "
                     "(same results, slower). Set ASRKIT_KERNELS=0 to skip this attempt.",
-                    name, type(e).__name__, str(e).strip().splitlines()[-1] if str(e).strip() else "")
+                    name, type(e).__name__, _cause(str(e)))
     return _loaded[name]
+
+
+def _cause(message: str) -> str:
+    """The line of a build failure that says why (the compiler's error, a missing program), not
+    ninja's closing "build stopped" line."""
+    lines = [ln.strip() for ln in message.strip().splitlines() if ln.strip()]
+    why = [ln for ln in lines if any(w in ln.lower() for w in ("error", "not found", "no such file", "cannot"))
+           and not ln.startswith(("ninja:", "Error building extension"))]
+    return (why or lines or [""])[-1]
 
 
 def _import(module: str, path: Path) -> ModuleType:
