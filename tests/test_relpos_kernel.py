@@ -178,26 +178,45 @@ def test_kernels_off_or_unbuildable_fall_back_to_the_same_results(ext, monkeypat
         torch.testing.assert_close(attn(x, km, pos, state, 0), want, atol=1e-5, rtol=1e-5)
 
 
-def test_built_kernel_is_imported_without_a_build_lock_and_a_stale_lock_is_removed(ext, tmp_path, monkeypatch, caplog):
-    """A process killed while compiling leaves torch's build lock behind, and torch would wait for
-    it forever: an existing build is imported without it, and an old lock is removed (a fresh one,
-    a build in progress elsewhere, is left alone)."""
+TINY = """#include <pybind11/pybind11.h>
+int answer() { return 42; }
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("answer", &answer); }
+"""
+
+LOAD_TINY = """
+import sys
+from pathlib import Path
+from asrkit.model import kernels
+kernels._SRC = Path(sys.argv[1])
+m = kernels.load("tiny")
+print("ANSWER", m.answer() if m is not None else None)
+"""
+
+
+def test_a_build_killed_half_way_blocks_nobody(tmp_path):
+    """Ctrl-C (here SIGKILL) during the first build leaves torch's lock file behind, and torch
+    would wait for it forever; the next process must build and load the kernel instead. Done for
+    real with a tiny extension: a process is killed while it compiles, then another one loads."""
     import os
+    import signal
+    import subprocess
+    import sys
     import time
 
-    build = next(p for p in kernels.cache_dir().iterdir() if p.name.startswith("relpos_attention_"))
-    monkeypatch.setattr(kernels, "_loaded", {})
-    lock = build / "lock"
-    lock.touch()
-    try:
-        assert kernels.load("relpos_attention") is not None  # would hang in torch's baton.wait()
-    finally:
-        lock.unlink()
-    fresh = tmp_path / "lock"
-    fresh.touch()
-    assert not kernels.clear_stale_lock(tmp_path) and fresh.exists()
-    old = time.time() - kernels.STALE_LOCK_S - 60
-    os.utime(fresh, (old, old))
-    with caplog.at_level(logging.WARNING, logger="asrkit.model.kernels"):
-        assert kernels.clear_stale_lock(tmp_path)
-    assert not fresh.exists() and "build lock left" in caplog.text
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "tiny.cpp").write_text(TINY)
+    env = dict(os.environ, ASRKIT_CACHE=str(tmp_path / "cache"), ASRKIT_KERNELS="1")
+    cmd = [sys.executable, "-c", LOAD_TINY, str(src)]
+    first = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.time() + 120
+    while not list((tmp_path / "cache").glob("kernels/tiny_*/lock")):  # torch's lock: its build has begun
+        assert first.poll() is None and time.time() < deadline, "the first build never started"
+        time.sleep(0.05)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    assert list((tmp_path / "cache").glob("kernels/tiny_*/lock")), "the killed build left no lock: nothing tested"
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert "ANSWER 42" in out.stdout, out.stdout + out.stderr
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)  # imported, no build
+    assert "ANSWER 42" in again.stdout and "compiling" not in again.stderr

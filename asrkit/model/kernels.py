@@ -5,8 +5,9 @@ key bias computed one block of query rows at a time in the core's cache (see
 :class:`asrkit.model.posenc.relpos.RelBias`). It is compiled the first time a process needs it
 (~25-60 s on 2 cores; a C++ compiler and ``ninja`` are needed, as for any torch extension) into
 ``$ASRKIT_CACHE/kernels`` (default ``~/.cache/asrkit/kernels``), one directory per source, PyTorch
-version and machine type, and loaded from there afterwards; torch's build lock makes concurrent
-processes (DDP ranks) wait for one build. Where it cannot be built, asrkit logs why once and uses
+version and machine type, and imported from there afterwards; a lock the OS holds for the building
+process makes concurrent processes (DDP ranks) wait for one build, and a build killed half-way
+blocks nobody. Where it cannot be built, asrkit logs why once and uses
 the pure PyTorch path, which gives the same results (tested) more slowly.
 ``ASRKIT_KERNELS=0`` turns the compiled kernels off.
 """
@@ -18,12 +19,16 @@ import os
 import platform
 import shutil
 import sys
-import time
 from pathlib import Path
 from types import ModuleType
 from typing import Optional
 
 log = logging.getLogger(__name__)
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no build lock of our own (torch's still serializes builds)
+    fcntl = None
 
 _SRC = Path(__file__).parent / "csrc"
 _loaded: dict[str, Optional[ModuleType]] = {}
@@ -39,11 +44,6 @@ def cache_dir() -> Path:
     return Path(root) / "kernels"
 
 
-#: a build lock older than this (s) was left by a process killed while compiling (Ctrl-C during the
-#: first use): torch would wait for it forever, so it is removed (a real build takes ~1 minute)
-STALE_LOCK_S = 600
-
-
 def load(name: str) -> Optional[ModuleType]:
     """The compiled module ``csrc/<name>.cpp`` (built on first use), or None where kernels are
     off or the build fails (logged once per process)."""
@@ -53,34 +53,57 @@ def load(name: str) -> Optional[ModuleType]:
         return _loaded[name]
     _loaded[name] = None
     import torch
-    from torch.utils import cpp_extension
 
     src = _SRC / f"{name}.cpp"
     flags = ["-O3", "-fopenmp"]  # OpenMP: ATen's parallel_for is inline code, serial without it
     key = hashlib.sha1(src.read_bytes() + f"{torch.__version__} {platform.machine()} {flags}".encode()).hexdigest()[:12]
     module = f"asrkit_{name}_{key}"
     build = cache_dir() / f"{name}_{key}"
-    built = build / f"{module}.so"
-    if built.exists():  # built before: import it (no build lock, no ninja run)
-        try:
-            _loaded[name] = _import(module, built)
-            return _loaded[name]
-        except Exception as e:  # e.g. a file truncated by a killed build: build again below
-            log.warning("could not load %s (%s: %s); building it again", built, type(e).__name__, e)
-    if shutil.which("ninja") is None and (Path(sys.executable).parent / "ninja").exists():
-        # pip's ninja in a virtualenv that is not activated: torch runs `ninja` from PATH
-        os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     try:
-        build.mkdir(parents=True, exist_ok=True)
-        clear_stale_lock(build)
-        log.info("compiling asrkit's %s CPU kernel into %s (once, ~1 min)", name, build)
-        _loaded[name] = cpp_extension.load(name=module, sources=[str(src)], build_directory=str(build),
-                                           extra_cflags=flags, extra_ldflags=["-fopenmp"], verbose=False)
+        _loaded[name] = _built(module, build) or _build(name, module, src, build, flags)
     except Exception as e:  # no compiler, no ninja, read-only cache, ...: the PyTorch path instead
         log.warning("asrkit's compiled %s kernel is not available (%s: %s); using the PyTorch path "
                     "(same results, slower). Set ASRKIT_KERNELS=0 to skip this attempt.",
                     name, type(e).__name__, _cause(str(e)))
     return _loaded[name]
+
+
+def _built(module: str, build: Path) -> Optional[ModuleType]:
+    """The module if ``build`` holds it, imported directly (no lock, no ninja run); None if not
+    there or unreadable (a build killed while linking: built again)."""
+    path = build / f"{module}.so"
+    if not path.exists():
+        return None
+    try:
+        return _import(module, path)
+    except Exception as e:
+        log.warning("could not load %s (%s: %s); building it again", path, type(e).__name__, e)
+        return None
+
+
+def _build(name: str, module: str, src: Path, build: Path, flags: list) -> ModuleType:
+    """Build under a lock the OS holds for this process (``flock``: released when the process
+    ends, however it ends), so concurrent processes (DDP ranks) build once, and a build killed
+    half-way (Ctrl-C during the first use) blocks nobody. torch's own lock file, which such a
+    build leaves behind and torch would wait for forever, is removed first: while this process
+    holds the lock, no other build is running."""
+    from torch.utils import cpp_extension
+
+    if shutil.which("ninja") is None and (Path(sys.executable).parent / "ninja").exists():
+        # pip's ninja in a virtualenv that is not activated: torch runs `ninja` from PATH
+        os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    build.mkdir(parents=True, exist_ok=True)
+    with open(build / "asrkit.lock", "w") as lock:
+        if fcntl is not None:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # waits while another live process builds
+        done = _built(module, build)  # built by the process we waited for
+        if done is not None:
+            return done
+        if fcntl is not None:
+            (build / "lock").unlink(missing_ok=True)  # torch's, left by a killed build
+        log.info("compiling asrkit's %s CPU kernel into %s (once, ~1 min)", name, build)
+        return cpp_extension.load(name=module, sources=[str(src)], build_directory=str(build),
+                                  extra_cflags=flags, extra_ldflags=["-fopenmp"], verbose=False)
 
 
 def _cause(message: str) -> str:
@@ -99,18 +122,3 @@ def _import(module: str, path: Path) -> ModuleType:
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
-
-
-def clear_stale_lock(build: Path, max_age_s: float = STALE_LOCK_S) -> bool:
-    """Remove torch's build lock in ``build`` if it is older than ``max_age_s`` (left by a killed
-    build; torch would wait for it forever). Returns whether one was removed."""
-    lock = build / "lock"
-    try:
-        age = time.time() - lock.stat().st_mtime
-    except FileNotFoundError:
-        return False
-    if age < max_age_s:
-        return False
-    log.warning("removing %s, a build lock left %.0f minutes ago by a process that did not finish", lock, age / 60)
-    lock.unlink(missing_ok=True)
-    return True
