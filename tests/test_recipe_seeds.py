@@ -5,6 +5,7 @@ utils/parse_options.sh and records the values it would run with."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -16,14 +17,14 @@ ROOT = Path(__file__).resolve().parents[1]
 STUB_ASR = r"""#!/usr/bin/env bash
 set -euo pipefail
 stage=1 stop_stage=6 corpus= corpus_dir= train_sets= dev_set= test_sets= prepare_args= token_type= lm_order=0
-train_config= train_args= tag= decode_args= nj=2
-__asrkit_opts="stage stop_stage corpus corpus_dir train_sets dev_set test_sets prepare_args token_type lm_order train_config train_args tag decode_args nj"
+train_config= train_args= tag= decode_args= nj=2 force=false
+__asrkit_opts="stage stop_stage corpus corpus_dir train_sets dev_set test_sets prepare_args token_type lm_order train_config train_args tag decode_args nj force"
 __asrkit_append_opts="prepare_args"
 . "$(dirname "${BASH_SOURCE[0]}")/utils/parse_options.sh"
 tag=${tag:-$(basename "${train_config%.*}")}
 python3 -c 'import json, sys; print(json.dumps(dict(zip(sys.argv[1::2], sys.argv[2::2]))))' \
     tag "$tag" train_args "$train_args" test_sets "$test_sets" stage "$stage" prepare_args "$prepare_args" \
-    >> "$CALLS"
+    omp "${OMP_NUM_THREADS:-}" >> "$CALLS"
 """
 
 
@@ -45,11 +46,11 @@ def recipe(tmp_path):
     return mini
 
 
-def _run(recipe: Path, script: str, *args: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
+def _run(recipe: Path, script: str, *args: str, path: str = "/usr/bin:/bin") -> tuple[subprocess.CompletedProcess, list[dict]]:
     calls = recipe / "calls.jsonl"
     calls.unlink(missing_ok=True)
     p = subprocess.run(["bash", script, *args], cwd=recipe, capture_output=True, text=True, timeout=60,
-                       env={"PATH": "/usr/bin:/bin", "CALLS": str(calls)})
+                       env={"PATH": path, "CALLS": str(calls)})
     return p, [json.loads(x) for x in calls.read_text().splitlines()] if calls.exists() else []
 
 
@@ -120,3 +121,29 @@ def test_compare_scripts_refuse_a_model_trained_with_another_budget(recipe, scri
     cfg.write_text(_trained_config(2000))
     p, calls = _run(recipe, script, *args)
     assert "was trained with" not in p.stderr and calls
+
+
+def test_pos_compare_attention_suffixes_and_threads_per_job(recipe):
+    """NAME+linear trains NAME with ReLU linear attention (the control for SPE, which always uses it),
+    NAME+cape adds CAPE's time augmentation, and every job, decoding included, gets cores / --parallel
+    threads through OMP_NUM_THREADS (decoding took torch's default, all cores, and jobs side by side
+    oversubscribed the cores). A stand-in `asrkit` on PATH lets the script run to its end."""
+    bin_dir = recipe / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "asrkit").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "asrkit").chmod(0o755)
+    p, calls = _run(recipe, "run_pos_compare.sh", "--encodings", "nopos+linear spe_sine rope+cape nopos", "--seeds", "1",
+                    "--steps", "7", "--parallel", "2", "--results", "", path=f"{bin_dir}:/usr/bin:/bin")
+    assert p.returncode == 0, p.stderr
+    train = {c["tag"]: c for c in calls if c["stage"] == "4"}
+    assert set(train) == {"pos_nopos+linear_seed1", "pos_spe_sine_seed1", "pos_rope+cape_seed1", "pos_nopos_seed1"}
+    args = {tag: c["train_args"].split() for tag, c in train.items()}
+    assert "encoder.pos_enc=nopos" in args["pos_nopos+linear_seed1"]
+    assert "encoder.attention=linear_relu" in args["pos_nopos+linear_seed1"]
+    assert "encoder.attention=linear_relu" in args["pos_spe_sine_seed1"]
+    assert {"encoder.pos_enc=rope", "encoder.pos.augment=cape"} <= set(args["pos_rope+cape_seed1"])
+    assert not any(a.startswith(("encoder.attention", "encoder.pos.augment")) for a in args["pos_nopos_seed1"])
+    cores = os.cpu_count() or 1
+    share = str(max(1, cores // 2))
+    assert all(f"train.threads={share}" in a for a in args.values())
+    assert {c["omp"] for c in train.values()} == {share}
