@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The training curve behind run_pos_compare.sh's step budget: one model trained to --max_steps with a
 # checkpoint kept every --every steps, each checkpoint decoded as run.sh decodes (WFST) on --sets, and
-# a table of WER [95 % bootstrap interval] against the step in exp/<tag>/budget_curve.md. Choose the
-# budget where the curve has flattened (the models are past their early phase).
+# a table of WER [95 % bootstrap interval] against the step in exp/<tag>/budget_curve.md (and a plot,
+# budget_curve.png). Choose the budget where the curve has flattened (the models are past their early
+# phase).
 #   ./run_budget_curve.sh [--encoding sinpos] [--seed 1] [--max_steps 2400] [--every 400] [--sets "dev"] [--threads 0]
 # --threads N: training and decoding use N threads (0: torch's default, all cores); give each of
 # several jobs run side by side its share, as run_pos_compare.sh --parallel does.
@@ -54,9 +55,26 @@ for d in sorted(exp.glob("decode_*_step*"), key=lambda p: int(p.name.rsplit("_st
         doc = json.loads((d / "wer.json").read_text())
         r = rescore(d, doc)
         iv = bootstrap_wer([u.counts.err for u in r.utts], [u.counts.wrd for u in r.utts])
-        rows.setdefault(int(step), {})[s] = f"{iv.wer:.2f} [{iv.low:.1f}, {iv.high:.1f}]"
+        rows.setdefault(int(step), {})[s] = iv
+fmt = lambda iv: f"{iv.wer:.2f} [{iv.low:.1f}, {iv.high:.1f}]" if iv else "-"
 lines = [f"# Training curve: {exp.name}", "", "WER in % [95 % bootstrap interval] of each kept checkpoint (EMA weights).", ""]
-lines += md_table(["step", *sets], [[str(k), *(v.get(s, "-") for s in sets)] for k, v in sorted(rows.items())])
+lines += md_table(["step", *sets], [[str(k), *(fmt(v.get(s)) for s in sets)] for k, v in sorted(rows.items())])
 (exp / "budget_curve.md").write_text("\n".join(lines) + "\n")
 print("\n".join(lines))
+if rows:  # the same figures as a plot: WER against the step, 95 % intervals as error bars
+    from matplotlib.figure import Figure
+    from asrkit.reports.plots import save_png
+    fig = Figure(figsize=(6, 4), layout="constrained")
+    ax = fig.subplots()
+    for s in sets:
+        pts = [(k, v[s]) for k, v in sorted(rows.items()) if s in v]
+        if pts:
+            ax.errorbar([k for k, _ in pts], [iv.wer for _, iv in pts], capsize=3, marker="o", label=s,
+                        yerr=[[iv.wer - iv.low for _, iv in pts], [iv.high - iv.wer for _, iv in pts]])
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("WER (%)")
+    ax.set_title(f"{exp.name}: WER of each kept checkpoint (95 % bootstrap intervals)", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    print(f"plot: {save_png(fig, exp / 'budget_curve.png')}")
 EOF
