@@ -120,12 +120,23 @@ def test_comparison_scripts_smoke(recipe):
     assert len(vs["pairs"]) == 4 and vs["mark"] != "*"  # 2 + 2 seeds never pass the test across seeds
     assert list(span["vs"]["pos_sinpos"]) == ["pos_nopos"]
     assert "| vs pos_nopos |" in md and "| vs pos_sinpos |" in md and "| pos_sinpos | 1,2 |" in md
-    # the other encodings' special cases (linear attention for SPE) still run, one seed
-    _run_script(recipe, "run_pos_compare.sh", "--encodings", "relpos spe_sine", "--seeds", "1", "--steps", "2",
+    # the other encodings' special cases (linear attention for SPE and its control) still run, one seed
+    _run_script(recipe, "run_pos_compare.sh", "--encodings", "relpos spe_sine nopos+linear", "--seeds", "1", "--steps", "2",
                 "--windows", "10 20", "--long_windows", "60 whole", "--baselines", "relpos", "--out",
                 "exp/pos_compare2", "--results", "", *tiny)
     md = (recipe / "exp" / "pos_compare2" / "compare.md").read_text()
-    assert "| pos_spe_sine | 1 |" in md and "| vs pos_relpos |" in md
+    assert "| pos_spe_sine | 1 |" in md and "| pos_nopos+linear | 1 |" in md and "| vs pos_relpos |" in md
+    cfg = (recipe / "exp" / "pos_nopos+linear_seed1" / "config.yaml").read_text()
+    assert "attention: linear_relu" in cfg and "pos_enc: nopos" in cfg
+
+    # the training curve behind the study's budget: a checkpoint every 2 steps, each decoded; table and plot
+    _run_script(recipe, "run_budget_curve.sh", "--encoding", "nopos", "--max_steps", "4", "--every", "2",
+                "--sets", "test", "--threads", "1", *tiny)
+    exp = recipe / "exp" / "budget_nopos_seed1"
+    rows = [line.split("|")[1].strip() for line in (exp / "budget_curve.md").read_text().splitlines()
+            if line.startswith("| ") and "step" not in line and ":---" not in line]
+    assert rows == ["2", "4"] and (exp / "budget_curve.png").stat().st_size > 0
+    assert "threads: 1" in (exp / "config.yaml").read_text()
 
     _run_script(recipe, "run_padfree_compare.sh", "--encodings", "cape", "--steps", "2", "--hops", "10,20", *tiny)
     out = recipe / "exp" / "padfree_compare"
