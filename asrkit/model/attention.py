@@ -51,7 +51,7 @@ class SelfAttention(nn.Module):
             if key_mask is not None:
                 bias = bias.masked_fill(~key_mask, float("-inf"))
         # a tensor bias from the encoding already masks the padded keys (PositionalEncoding.attn_bias)
-        y = attention(q, k, v, key_mask if bias is None else bias.to(q.dtype), dropout_p)
+        y = attention(q, k, v, key_mask if bias is None else bias, dropout_p)
         return self.out(y.transpose(1, 2).reshape(B, T, D))
 
 
@@ -61,6 +61,16 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], dropout_p
     (``baddbmm`` + softmax + ``bmm``), because SDPA can only differentiate w.r.t. ``attn_mask`` in its
     generic math fallback, measured ~1.4x slower than this on CPU (T = 1000). Every row must keep
     at least one key (SDPA would return zeros for a fully masked row, this NaN)."""
+    if q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16):  # under autocast
+        # PyTorch's CPU flash attention is slower in half precision than in float32 (torch 2.13,
+        # AMX CPU, 4 heads of 48, forward + backward: bf16 3.4x float32's time at T = 89, 1.1x at
+        # T = 750), so attend in float32 (python -m asrkit.bench train train.amp=bf16: see README)
+        dt = q.dtype
+        mask = mask.float() if mask is not None and mask.is_floating_point() else mask
+        with torch.autocast("cpu", enabled=False):
+            return attention(q.float(), k.float(), v.float(), mask, dropout_p).to(dt)
+    if mask is not None and mask.is_floating_point():
+        mask = mask.to(q.dtype)  # SDPA wants a float mask in the query's dtype
     if mask is None or mask.dtype == torch.bool or not mask.requires_grad or q.device.type != "cpu":
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
     *lead, T, Dh = q.shape
