@@ -120,8 +120,8 @@ def _spy(monkeypatch):
 
 
 def test_kernel_serves_training_and_inference_not_irregular_frames(ext, monkeypatch):
-    """The encoder uses the kernel in training and in inference for regular frames (padded batches),
-    and the general gather path for irregular frames (padding-free batches with per-row grids);
+    """The encoder uses the kernel in training (also under bf16 autocast) and in inference for
+    regular frames (padded batches), and the general gather path for irregular frames (padding-free batches with per-row grids);
     batch of 1 == batch of N through it."""
     from test_posenc import batch
 
@@ -139,6 +139,11 @@ def test_kernel_serves_training_and_inference_not_irregular_frames(ext, monkeypa
     model.train()
     model.encoder(feats, lens, times)[0].sum().backward()
     assert used and all(used)
+    used.clear()
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # bf16 training on CPU attends in float32: the kernel too
+        out = model.encoder(feats, lens, times)[0]
+    out.float().sum().backward()
+    assert used and all(used) and out.dtype == torch.bfloat16
     used.clear()
     feats, lens, times = batch([40, 23, 31], hops=[0.01, 0.013, 0.007])
     with torch.no_grad():

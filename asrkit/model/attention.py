@@ -9,6 +9,7 @@ computed with the whole attention by the bias's own compiled kernel where it has
 attention when training on CPU in float32 (:func:`attention_qbias`); everywhere else it is
 materialized, masked and passed to SDPA as ``attn_mask``. A bias given as a tensor
 (alibi's, formed once per forward) already masks the padded keys and goes to SDPA as it is.
+Under autocast on CPU (bf16 / fp16) the attention itself runs in float32 (:func:`half_on_cpu`).
 """
 from __future__ import annotations
 
@@ -41,18 +42,34 @@ class SelfAttention(nn.Module):
         bias = pos.attn_bias(layer, q, state)
         dropout_p = self.dropout if self.training else 0.0
         if isinstance(bias, QBias):
-            # the bias's own compiled kernel of the whole attention (relpos on CPU), else the fused path
-            y = bias.attention(q, k, v, key_mask) if FUSE_QBIAS and dropout_p == 0.0 else None
-            if y is None and fuse_qbias(q, dropout_p):
-                y = attention_qbias(q, k, v, bias, key_mask)
-            if y is not None:
-                return self.out(y.transpose(1, 2).reshape(B, T, D))
-            bias = bias.materialize(q)
-            if key_mask is not None:
-                bias = bias.masked_fill(~key_mask, float("-inf"))
-        # a tensor bias from the encoding already masks the padded keys (PositionalEncoding.attn_bias)
-        y = attention(q, k, v, key_mask if bias is None else bias, dropout_p)
+            y = qbias_attention(q, k, v, bias, key_mask, dropout_p)
+        else:  # a tensor bias from the encoding already masks the padded keys (PositionalEncoding.attn_bias)
+            y = attention(q, k, v, key_mask if bias is None else bias, dropout_p)
         return self.out(y.transpose(1, 2).reshape(B, T, D))
+
+
+def half_on_cpu(q: Tensor) -> bool:
+    """q in bf16 / fp16 on CPU (autocast): attention runs in float32 there. PyTorch's CPU flash
+    attention is slower in half precision than in float32 (torch 2.13, AMX CPU, 4 heads of 48,
+    forward + backward: bf16 3.4x float32's time at T = 89, 1.1x at T = 750) and relpos's compiled
+    kernel is float32 (README, "Mixed precision on a CPU")."""
+    return q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16)
+
+
+def qbias_attention(q: Tensor, k: Tensor, v: Tensor, bias: QBias, key_mask: Optional[Tensor],
+                    dropout_p: float = 0.0) -> Tensor:
+    """Attention with a :class:`QBias`: the bias's own compiled kernel of the whole attention (relpos
+    on CPU), else the fused path, else the bias materialized and masked."""
+    if half_on_cpu(q):
+        with torch.autocast("cpu", enabled=False):
+            return qbias_attention(q.float(), k.float(), v.float(), bias, key_mask, dropout_p).to(q.dtype)
+    y = bias.attention(q, k, v, key_mask) if FUSE_QBIAS and dropout_p == 0.0 else None
+    if y is None and fuse_qbias(q, dropout_p):
+        y = attention_qbias(q, k, v, bias, key_mask)
+    if y is None:
+        m = bias.materialize(q)
+        y = attention(q, k, v, m if key_mask is None else m.masked_fill(~key_mask, float("-inf")), dropout_p)
+    return y
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], dropout_p: float = 0.0) -> Tensor:
@@ -61,10 +78,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], dropout_p
     (``baddbmm`` + softmax + ``bmm``), because SDPA can only differentiate w.r.t. ``attn_mask`` in its
     generic math fallback, measured ~1.4x slower than this on CPU (T = 1000). Every row must keep
     at least one key (SDPA would return zeros for a fully masked row, this NaN)."""
-    if q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16):  # under autocast
-        # PyTorch's CPU flash attention is slower in half precision than in float32 (torch 2.13,
-        # AMX CPU, 4 heads of 48, forward + backward: bf16 3.4x float32's time at T = 89, 1.1x at
-        # T = 750), so attend in float32 (python -m asrkit.bench train train.amp=bf16: see README)
+    if half_on_cpu(q):  # under autocast: attend in float32 (see half_on_cpu)
         dt = q.dtype
         mask = mask.float() if mask is not None and mask.is_floating_point() else mask
         with torch.autocast("cpu", enabled=False):
