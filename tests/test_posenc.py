@@ -616,6 +616,13 @@ def test_bench_dispatch_and_worker():
             ("torch", "torch", "softmax", [])]
     t = bench._pos_enc_time_worker(dict(T=10, batch=1, threads=1, reps=2, rows=rows))
     assert set(t) == {"nopos", "spe", "torch"} and all(len(v["all_s"]) == 2 for v in t.values())
+    # --amp bf16: every row's forward runs under CPU autocast in bf16 (and only then)
+    seen = []
+    fwd = lambda x, lens, times: seen.append(torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu")) or x
+    bench._step_fn(fwd, 1, "bf16")(4), bench._step_fn(fwd, 1, None)(4)
+    assert seen == [torch.bfloat16, False]
+    r = bench._pos_enc_mem_worker(dict(pos_enc="relpos", attention="softmax", T=12, batch=1, threads=1, amp="bf16"))
+    assert r["time_s"] > 0
 
 
 def test_bench_openmp_wait_policy_reaches_workers(monkeypatch):

@@ -41,7 +41,7 @@ GEMMs several times) a thread wake-up, which on a VM can cost up to ~1 ms (measu
 development VM: ``index_add_`` of 8 k x 64 rows 0.15 ms default, 1.5 ms passive; a 512 x 64 x 1136
 GEMM ~1.5x slower), so passive ratios largely count how many ops an encoding issues rather than
 its work. The process CPU time of each step is recorded too; its ratios are printed in a second
-table.
+table. ``--amp bf16`` runs every row under CPU autocast (``train.amp=bf16``).
 """
 from __future__ import annotations
 
@@ -125,15 +125,21 @@ def _build(pos_enc: str, attention: str, extra: list[str]):
     return fwd
 
 
-def _step_fn(fwd, B: int):
+def _step_fn(fwd, B: int, amp: Optional[str] = None):
+    """One forward + backward at length t, under CPU autocast in ``amp`` (``bf16``) if given."""
     import torch
+
+    from asrkit.training.optim import AMP_DTYPES
+
+    dtype = AMP_DTYPES[amp or "none"]
 
     def step(t: int) -> tuple[float, float]:
         x = torch.randn(B, t, D_MODEL, requires_grad=True)
         lens = torch.full((B,), t, dtype=torch.long)
         times = (torch.arange(t, dtype=torch.float32) * 0.03).expand(B, t)
         t0, c0 = time.perf_counter(), time.process_time()
-        y = fwd(x, lens, times)
+        with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
+            y = fwd(x, lens, times)
         y.float().pow(2).mean().backward()
         return time.perf_counter() - t0, time.process_time() - c0
 
@@ -147,7 +153,8 @@ def _pos_enc_time_worker(spec: dict) -> dict:
 
     torch.set_num_threads(spec["threads"])
     torch.manual_seed(0)
-    steps = {label: _step_fn(_build(pe, att, extra), spec["batch"]) for label, pe, att, extra in spec["rows"]}
+    steps = {label: _step_fn(_build(pe, att, extra), spec["batch"], spec.get("amp"))
+             for label, pe, att, extra in spec["rows"]}
     for step in steps.values():
         step(8)
     wall: dict[str, list] = {k: [] for k in steps}
@@ -169,7 +176,7 @@ def _pos_enc_mem_worker(spec: dict) -> dict:
 
     torch.set_num_threads(spec["threads"])
     torch.manual_seed(0)
-    step = _step_fn(_build(spec["pos_enc"], spec["attention"], spec.get("extra", [])), spec["batch"])
+    step = _step_fn(_build(spec["pos_enc"], spec["attention"], spec.get("extra", [])), spec["batch"], spec.get("amp"))
     step(8)
     rss0 = _rss_bytes()
     wall, cpu = step(spec["T"])
@@ -231,6 +238,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per measurement")
     p.add_argument("--omp-wait", choices=["passive", "active"],
                    help="OMP_WAIT_POLICY of the workers (default: OpenMP's own, spin then sleep)")
+    p.add_argument("--amp", choices=["none", "bf16"], default="none",
+                   help="CPU autocast of every row (train.amp; bf16 pays on CPUs with AMX, README)")
     args = p.parse_args(argv)
     import torch  # noqa: F401  (fail here, clearly, rather than in every worker)
 
@@ -259,7 +268,7 @@ def main(argv: list[str]) -> int:
             if label == base:
                 continue
             spec = dict(T=T, batch=args.batch, threads=args.threads, reps=reps, rows=[by_label[base], row],
-                        omp_wait=args.omp_wait)
+                        omp_wait=args.omp_wait, amp=args.amp)
             r = _run_worker("_pos_enc_time_worker", spec, args.timeout * 2)
             if r is not None:
                 times[label] = dict(r[label], base_all_s=r[base]["all_s"], base_all_cpu_s=r[base]["all_cpu_s"])
@@ -271,7 +280,8 @@ def main(argv: list[str]) -> int:
                            "all_s": all_s, "all_cpu_s": all_cpu, "base_all_s": all_s, "base_all_cpu_s": all_cpu}
         for label, pos_enc, attention, extra in todo:
             mem = _run_worker("_pos_enc_mem_worker", dict(pos_enc=pos_enc, attention=attention, T=T, batch=args.batch,
-                                                          threads=args.threads, extra=extra, omp_wait=args.omp_wait),
+                                                          threads=args.threads, extra=extra, omp_wait=args.omp_wait,
+                                                          amp=args.amp),
                               args.timeout)
             r = times.get(label)
             res[(label, T)] = None if r is None or mem is None else dict(r, peak_mb=mem["peak_mb"])
@@ -281,7 +291,8 @@ def main(argv: list[str]) -> int:
     lines = [
         f"# pos_enc benchmark: {N_LAYERS} layers, d={D_MODEL}, {N_HEADS} heads, d_ff={D_FF}, batch {args.batch}, "
         f"{args.threads} CPU threads, forward+backward (train mode), OpenMP waiting: "
-        f"{args.omp_wait or os.environ.get('OMP_WAIT_POLICY') or 'default'}",
+        f"{args.omp_wait or os.environ.get('OMP_WAIT_POLICY') or 'default'}"
+        f"{'' if args.amp == 'none' else f', autocast {args.amp}'}",
         "",
         f"Time = median over {'/'.join(str(_reps(T, args.reps)) for T in lengths + long)} rounds (T = "
         f"{'/'.join(str(T) for T in lengths + long)}); every row runs in its own process together with its base row, "
