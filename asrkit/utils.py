@@ -225,3 +225,21 @@ def flush_denormals() -> bool:
 def denormals_flushed() -> bool:
     """Whether :func:`flush_denormals` put this process in flush-to-zero mode."""
     return _DENORMALS_FLUSHED
+
+
+def cpu_has_native_bf16(cpuinfo: Pathlike = "/proc/cpuinfo") -> "bool | None":
+    """Whether this CPU computes bf16 natively (x86 ``amx_bf16`` or ``avx512_bf16``, ARM ``bf16``
+    flags in /proc/cpuinfo), None where that cannot be read (not Linux). Without it PyTorch emulates
+    bf16 and ``train.amp=bf16`` is several times slower than fp32 (README, "Mixed precision on a CPU")."""
+    try:
+        text = Path(cpuinfo).read_text()
+    except OSError:
+        return None
+    flags = set()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            flags.update(value.split())
+    if not flags:
+        return None
+    return bool(flags & {"amx_bf16", "avx512_bf16", "bf16"})

@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -147,3 +148,19 @@ def test_unreadable_audio_in_a_loader_worker_is_one_line(corpus, tmp_path, part)
     where = "validation: " if part == "dev" else ""
     assert f"rank 0/1: {where}cannot load audio of utterance '{uid}' from " in line and f"{uid}.flac" in line, line
     assert "data.on_bad_audio=skip" in line and "Caught" not in line and "DataLoader worker" not in line
+
+
+def test_cpu_native_bf16_from_cpuinfo(tmp_path):
+    """cpu_has_native_bf16 reads the CPU's flags: the development VM's real x86 flags line
+    (tests/data/cpuinfo/cpuinfo_flags_x86_amx.txt: amx_bf16, avx512_bf16), the same line without them, an
+    ARMv8.6 ``Features`` line, and no flags at all."""
+    from asrkit.utils import cpu_has_native_bf16
+
+    real = (Path(__file__).parent / "data" / "cpuinfo" / "cpuinfo_flags_x86_amx.txt").read_text()
+    no_bf16 = " ".join(f for f in real.split() if f not in ("amx_bf16", "avx512_bf16"))
+    arm = "processor\t: 0\nFeatures\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics bf16 i8mm\n"
+    for text, want in {real: True, no_bf16: False, arm: True, "processor\t: 0\n": None}.items():
+        p = tmp_path / "cpuinfo"
+        p.write_text(text)
+        assert cpu_has_native_bf16(p) is want, text[:60]
+    assert cpu_has_native_bf16(tmp_path / "missing") is None

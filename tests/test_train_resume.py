@@ -204,7 +204,13 @@ def test_grad_accumulation_and_mixed_precision(corpus, tmp_path, monkeypatch):
     # relative to the update (3 warmup steps with Adam eps=1 move the parameters by ~1e-3 in all):
     # a run that never updates is 100 % off, one whose autocast does nothing 1e-7.
     bf16 = tmp_path / "bf16"
+    import asrkit.training.loop as loop
+
+    monkeypatch.setattr(loop, "cpu_has_native_bf16", lambda: False)  # as on a CPU without AMX / AVX512-BF16
     assert H.run_inprocess(bf16, H.overrides(corpus, train__amp="bf16", **kw), {"batches": big}) == 0
+    monkeypatch.undo()
+    assert "train.amp=bf16 on a CPU without native bf16" in (bf16 / "train.log").read_text()
+    assert "without native bf16" not in (a / "train.log").read_text()
     assert H.info(bf16)["bad_steps"] == 0 and H.info(bf16)["steps"] == 3
     init = H.initial_params(corpus, kw)
     u32, u16 = _update(init, H.last_params(a)), _update(init, H.last_params(bf16))

@@ -37,6 +37,7 @@ from asrkit.training.signals import Interrupted, stop_signals_deferred
 from asrkit.training.state import fingerprints, rng_state, seed_all
 from asrkit.training.sync import StepVote, unequal_epoch
 from asrkit.training.validation import validate
+from asrkit.utils import cpu_has_native_bf16
 
 logger = logging.getLogger("asrkit.train")
 
@@ -69,6 +70,10 @@ class Trainer:
         self.optimizer = make_optimizer(cfg, self.model.parameters())
         self.scheduler = make_scheduler(cfg, self.optimizer)
         self.amp_dtype = AMP_DTYPES[cfg.train.amp]
+        if device.type == "cpu" and cfg.train.amp == "bf16" and cpu_has_native_bf16() is False:
+            logger.warning("train.amp=bf16 on a CPU without native bf16 (no amx_bf16 / avx512_bf16 in "
+                           "/proc/cpuinfo): PyTorch emulates it, several times slower than fp32; "
+                           "train.amp=none is faster here")
         self.scaler = torch.amp.GradScaler(device.type, enabled=cfg.train.amp == "fp16")
         self.step, self.epoch, self.batch_in_epoch = 0, 1, 0  # optimizer steps; batches done in the epoch
         self.counters = {"bad_steps": 0, "overflow_steps": 0, "bad_audio": 0, "empty_batches": 0,
