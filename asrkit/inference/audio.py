@@ -9,8 +9,8 @@ input and raw bytes are held in memory; files are not).
   :mod:`soundfile`, which seeks to the span.
 * SPHERE files by suffix (``.sph``, ``.wv1``...; Shorten-compressed ones too): through
   :func:`asrkit.data.sphere.read_sphere`.
-* Anything else (m4a, opus, video containers...): decoded once by ``ffmpeg`` into a temporary
-  WAV file at the model's rate, then read like a WAV.
+* Anything else (m4a, opus, video containers...): decoded once, whole, by FFmpeg's libraries
+  through PyAV (no ``ffmpeg`` program needed), resampled to the model's rate by libswresample.
 
 Channels are averaged (a stereo recording of one speaker is transcribed from both channels).
 A rate other than the model's is resampled with a polyphase filter
@@ -26,8 +26,6 @@ import contextlib
 import io
 import math
 import os
-import shutil
-import subprocess
 import sys
 import tempfile
 from fractions import Fraction
@@ -51,7 +49,7 @@ def _one_line(e: BaseException) -> str:
 class Audio:
     """One recording: ``name``, ``sample_rate`` (the model's), ``num_samples`` and ``duration`` at
     that rate; :meth:`read` returns a span. Use as a context manager (closes files, removes the
-    temporary file of an ffmpeg decode)."""
+    temporary file of a SPHERE read from bytes)."""
 
     def __init__(self, name: str, source_rate: int, source_samples: int, target_rate: int,
                  read_source: Callable[[int, int], np.ndarray], close: Callable[[], None] = lambda: None):
@@ -158,29 +156,27 @@ def _sphere(path: Path, name: str, target_rate: int) -> Audio:
     return Audio(name, sr, h.sample_count, target_rate, read)
 
 
-def _ffmpeg(src: Union[Path, bytes], name: str, target_rate: int) -> Audio:
-    """Decode with ffmpeg into a temporary mono float WAV at ``target_rate``."""
-    if shutil.which("ffmpeg") is None:
-        raise InputError(f"{name}: not a format libsndfile reads, and ffmpeg (for other formats) is not installed")
-    fd, tmp = tempfile.mkstemp(prefix="asrkit-", suffix=".wav")
-    os.close(fd)
-    cmd = ["ffmpeg", "-nostdin", "-v", "error", "-y", "-i", "pipe:0" if isinstance(src, bytes) else str(src),
-           "-ac", "1", "-ar", str(target_rate), "-c:a", "pcm_f32le", "-f", "wav", tmp]
-    p = subprocess.run(cmd, input=src if isinstance(src, bytes) else None, capture_output=True)
-    if p.returncode != 0:
-        os.unlink(tmp)
-        lines = p.stderr.decode(errors="replace").strip().splitlines()
-        raise InputError(f"{name}: cannot decode audio (ffmpeg: {' '.join(lines[-1].split()) if lines else 'no output'})")
-    audio = _soundfile(tmp, name, target_rate)
-    close = audio._close
+def _libav(src: Union[Path, bytes], name: str, target_rate: int) -> Audio:
+    """Decode with FFmpeg's libraries (PyAV, a dependency: no ``ffmpeg`` program needed), once and
+    whole, resampled by libswresample to mono float32 at ``target_rate``."""
+    import av
 
-    def cleanup() -> None:
-        close()
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-
-    audio._close = cleanup
-    return audio
+    try:
+        with av.open(io.BytesIO(src) if isinstance(src, bytes) else str(src)) as container:
+            if not container.streams.audio:
+                raise InputError(f"{name}: cannot decode audio (no audio stream in it)")
+            resampler = av.AudioResampler(format="flt", layout="mono", rate=target_rate)
+            chunks = []
+            for frame in container.decode(audio=0):
+                chunks.extend(f.to_ndarray().reshape(-1) for f in resampler.resample(frame))
+            chunks.extend(f.to_ndarray().reshape(-1) for f in resampler.resample(None))
+    except InputError:
+        raise
+    except Exception as e:
+        raise InputError(f"{name}: cannot decode audio ({_one_line(e)})") from e
+    if not chunks:
+        raise InputError(f"{name}: cannot decode audio (no samples in it)")
+    return from_array(np.concatenate(chunks).astype(np.float32, copy=False), target_rate, target_rate, name)
 
 
 def open_audio(source, target_rate: int, sample_rate: Optional[int] = None, name: Optional[str] = None) -> Audio:
@@ -215,7 +211,7 @@ def _open_path(path: Path, name: str, target_rate: int) -> Audio:
     except Exception as e:
         if is_sphere_path(path):
             raise InputError(f"{name}: cannot read SPHERE audio: {_one_line(e)}") from e
-        return _ffmpeg(path, name, target_rate)
+        return _libav(path, name, target_rate)
 
 
 def _open_bytes(data: bytes, name: str, target_rate: int) -> Audio:
@@ -238,4 +234,4 @@ def _open_bytes(data: bytes, name: str, target_rate: int) -> Audio:
     try:
         return _soundfile(io.BytesIO(data), name, target_rate)
     except Exception:
-        return _ffmpeg(data, name, target_rate)
+        return _libav(data, name, target_rate)

@@ -6,7 +6,7 @@
     cat rec.wav | asrkit transcribe --model model/ -                    # standard input
     asrkit transcribe --model model/ --method prefix_beam --set decode.beam=16 talk.wav
 
-Inputs: audio files in any format libsndfile or ffmpeg reads (wav, flac, mp3, ogg, sph...), any
+Inputs: audio files in any format libsndfile or FFmpeg's libraries (PyAV) read (wav, flac, mp3, ogg, sph...), any
 sample rate (resampled) and channel count (averaged); ``-`` reads one recording from standard
 input; ``--list FILE`` adds the paths listed in FILE (one per line, ``#`` comments). Recordings
 longer than ``--chunk-s`` are decoded in overlapping chunks (bounded memory) with a progress bar.

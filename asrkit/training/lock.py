@@ -19,12 +19,21 @@ warning, when
 * its holder ran on another host and it was not refreshed for :data:`STALE_AFTER_S` seconds
   (measured with the file system's clock, so clock skew between hosts does not matter).
 
-Taking over is a rename to a unique name followed by a check that the renamed file is the stale
-one (a concurrent taker that lost the race puts a fresh lock back), then a new ``O_EXCL`` create.
+Taking over is atomic among any number of concurrent takers, on a local file system and on NFS
+alike, with nothing but ``O_EXCL`` creates: a taker first creates a *takeover token* named after
+the stale lock's exact bytes (``.train.lock.takeover.<hash>.<n>``); only the one whose create
+succeeds may remove that stale lock, and only after checking, while it holds the token, that the
+lock still has those bytes. It then competes for the lock with an ordinary ``O_EXCL`` create like
+any newcomer, so there is never more than one winner. A token whose creator died (judged like a
+lock: its process gone, or not refreshed for :data:`STALE_AFTER_S` seconds on another host) is
+passed over by creating the next generation ``<n+1>``. (The earlier scheme, renaming the lock
+aside and putting back a fresh one a loser had moved, let a third process slip in while the lock
+was away: three winners of four were seen under load.)
 """
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -123,22 +132,30 @@ class ExpLock:
         self._thread: Optional[threading.Thread] = None
 
     # ------------------------------------------------------------------ acquire / release
-    def acquire(self) -> "ExpLock":
+    def acquire(self, timeout_s: float = 30.0) -> "ExpLock":
         """Take the lock (taking over a stale one) or raise :class:`LockedError` naming the holder."""
         self.exp_dir.mkdir(parents=True, exist_ok=True)
-        for _ in range(5):
-            if self._create():
+        deadline = time.monotonic() + timeout_s
+        took_over = None
+        while time.monotonic() < deadline:
+            if self._create(self.path):
+                if took_over:
+                    logger.warning("took over the stale lock %s of %s (%s)", self.path, *took_over)
                 self._thread = threading.Thread(target=self._heartbeat, name="asrkit-exp-lock", daemon=True)
                 self._thread.start()
                 return self
+            raw = self._raw()
             holder, age = self._holder_written()
-            if holder is None:  # vanished between our create and read: try again
+            if holder is None or raw is None:  # vanished between our create and read: try again
                 continue
             why = self._stale(holder, age)
             if why is None:
                 raise LockedError(self._refusal(holder, age))
-            if self._take_over(holder):
-                logger.warning("took over the stale lock %s of %s (%s)", self.path, self._who(holder), why)
+            removed = self._take_over(raw)
+            if removed:
+                took_over = (self._who(holder), why)
+            elif removed is None:  # another taker is removing it: give it a moment
+                time.sleep(0.05)
         raise LockedError(f"cannot take the lock {self.path}: other processes keep taking it; is another run "
                           "starting on this experiment dir?")
 
@@ -158,9 +175,10 @@ class ExpLock:
         self.release()
 
     # ------------------------------------------------------------------ internals
-    def _create(self) -> bool:
+    def _create(self, path: Path) -> bool:
+        """Create ``path`` with ``O_EXCL`` and write who we are into it; False if it exists."""
         try:
-            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
             return False
         try:
@@ -170,14 +188,22 @@ class ExpLock:
                 os.fsync(f.fileno())
         except BaseException:
             with contextlib.suppress(OSError):
-                self.path.unlink()
+                path.unlink()
             raise
         return True
 
-    def _holder(self) -> tuple[Optional[dict], float]:
-        """The lock's content (``{}`` if unreadable: being written, or garbage) and its age in s."""
+    def _raw(self, path: Optional[Path] = None) -> Optional[bytes]:
         try:
-            text, mtime = self.path.read_text(), self.path.stat().st_mtime
+            return (path or self.path).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def _holder(self, path: Optional[Path] = None) -> tuple[Optional[dict], float]:
+        """The lock's (or a token's) content (``{}`` if unreadable: being written, or garbage) and
+        its age in s."""
+        path = path or self.path
+        try:
+            text, mtime = path.read_text(), path.stat().st_mtime
         except FileNotFoundError:
             return None, 0.0
         try:
@@ -187,7 +213,7 @@ class ExpLock:
             holder = {}
         return holder, max(0.0, _fs_now(self.exp_dir) - mtime)
 
-    def _holder_written(self, wait_s: float = 2.0) -> tuple[Optional[dict], float]:
+    def _holder_written(self, wait_s: float = 5.0) -> tuple[Optional[dict], float]:
         """:meth:`_holder`, waiting up to ``wait_s`` for a fresh lock whose creator has not written
         it yet (two runs started together: the loser reads between the winner's create and write)."""
         deadline = time.monotonic() + wait_s
@@ -225,25 +251,31 @@ class ExpLock:
             return f"not refreshed for {age:.0f} s (> {self.stale_after_s:.0f} s): its host is down or the process hung"
         return None
 
-    def _take_over(self, stale: dict) -> bool:
-        aside = self.path.with_name(f".{LOCK_NAME}.stale.{self.me['host']}.{self.me['pid']}")
-        try:
-            os.replace(self.path, aside)
-        except FileNotFoundError:
-            return False
-        try:
-            got = json.loads(aside.read_text())
-        except (OSError, json.JSONDecodeError):
-            got = {}
-        if got != stale:  # a fresh lock of a concurrent taker: put it back (unless yet another exists)
-            with contextlib.suppress(OSError):
-                os.link(aside, self.path)
-            with contextlib.suppress(OSError):
-                aside.unlink()
-            return False
-        with contextlib.suppress(OSError):
-            aside.unlink()
-        return True
+    def _take_over(self, stale: bytes) -> Optional[bool]:
+        """Remove the stale lock whose content is ``stale`` if this process wins its takeover
+        token: True if removed here, False if it is no longer there (removed or replaced by
+        another), None if another live taker holds the token."""
+        key = hashlib.sha1(stale).hexdigest()[:16]
+        for gen in range(16):
+            token = self.path.with_name(f".{LOCK_NAME}.takeover.{key}.{gen}")
+            if self._create(token):
+                try:
+                    if self._raw() != stale:
+                        return False
+                    self.path.unlink()
+                    return True
+                finally:
+                    for old in self.exp_dir.glob(f".{LOCK_NAME}.takeover.{key}.*"):
+                        with contextlib.suppress(OSError):
+                            old.unlink()
+            holder, age = self._holder(token)
+            if holder is None:  # its taker finished meanwhile
+                return False
+            if holder == {} and age <= self.stale_after_s:
+                return None  # being written
+            if holder and self._stale(holder, age) is None:
+                return None
+        return None
 
     @staticmethod
     def _who(holder: dict) -> str:
