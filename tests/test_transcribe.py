@@ -2,9 +2,8 @@
 chunked long recordings, every decoding method, batching, output formats, bad inputs."""
 import io
 import json
-import subprocess
-from pathlib import Path
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
