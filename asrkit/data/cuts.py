@@ -16,11 +16,13 @@ listed in ``<corpus>_bad_audio_<part>.txt``.
 from __future__ import annotations
 
 import argparse
+import gzip
 import logging
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Optional
+
 
 from asrkit.schema import ConfigError
 from asrkit.utils import atomic_path, atomic_write, setup_logging
@@ -38,22 +40,44 @@ def _check_one(cut) -> Optional[str]:
     return None
 
 
-def check_audio(cuts, num_jobs: int = 2, desc: str = "") -> dict[str, str]:
-    """``{cut_id: error}`` for every cut whose audio cannot be loaded."""
+def _check_chunk(cuts: list) -> list[tuple[str, Optional[str]]]:
+    return [(c.id, _check_one(c)) for c in cuts]
+
+
+def check_audio(cuts, num_jobs: int = 2, desc: str = "", chunk: int = 128) -> dict[str, str]:
+    """``{cut_id: error}`` for every cut whose audio cannot be loaded. Streams ``cuts`` (a lazy
+    CutSet is never held whole: at most ``4 x num_jobs`` chunks of ``chunk`` cuts are in flight)."""
+    from itertools import islice
+
     from tqdm import tqdm
 
-    cut_list = list(cuts)
+    total = len(cuts) if hasattr(cuts, "__len__") and not getattr(cuts, "is_lazy", False) else None
+    bar = tqdm(total=total, desc=f"check audio {desc}", dynamic_ncols=True, unit="utt", mininterval=2.0)
+    bad: dict[str, str] = {}
+
+    def collect(results) -> None:
+        for cid, err in results:
+            if err is not None:
+                bad[cid] = err
+        bar.update(len(results))
+
+    it = iter(cuts)
+    chunks = iter(lambda: list(islice(it, chunk)), [])
     if num_jobs <= 1:
-        errors = map(_check_one, cut_list)
+        for c in chunks:
+            collect(_check_chunk(c))
     else:
-        ex = ProcessPoolExecutor(num_jobs)
-        errors = ex.map(_check_one, cut_list, chunksize=64)
-    bad = {}
-    for cut, err in tqdm(zip(cut_list, errors), total=len(cut_list), desc=f"check audio {desc}", dynamic_ncols=True):
-        if err is not None:
-            bad[cut.id] = err
-    if num_jobs > 1:
-        ex.shutdown()
+        from collections import deque
+
+        with ProcessPoolExecutor(num_jobs) as ex:
+            pending: deque = deque()
+            for c in chunks:
+                pending.append(ex.submit(_check_chunk, c))
+                if len(pending) >= 4 * num_jobs:
+                    collect(pending.popleft().result())
+            while pending:
+                collect(pending.popleft().result())
+    bar.close()
     return bad
 
 
@@ -77,6 +101,15 @@ def _feature_store(args):
     return FeatureStore.of(args.fbank_dir, cfg.features)
 
 
+def _count_lines(path: Path) -> int:
+    """Non-empty lines of a (gzipped) JSONL manifest: its number of cuts, without building them."""
+    n = 0
+    with gzip.open(path, "rb") if str(path).endswith(".gz") else open(path, "rb") as f:
+        for line in f:
+            n += bool(line.strip())
+    return n
+
+
 def main(argv: list[str] | None = None) -> int:
     from asrkit.data.manifests import load_cuts, manifest_path
     from asrkit.utils import remedy
@@ -93,20 +126,41 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fbank-dir", type=Path, default=Path("data/fbank"), help="where (default: %(default)s)")
     p.add_argument("--train-config", type=Path, default=None, help="training config whose features are stored")
     p.add_argument("--train-args", default="", help="its key=value overrides (one string, as the recipe's --train_args)")
+    p.add_argument("--shar-dir", type=Path, default=None,
+                   help="also write the --shar-parts as Lhotse Shar shards here (training: data.shar_dir)")
+    p.add_argument("--shar-parts", nargs="*", default=[], help="parts written as Shar shards")
+    p.add_argument("--shar-shard-size", type=int, default=500, help="utterances per shard (default: %(default)s)")
     args = p.parse_args(argv)
     setup_logging()
+    if args.shar_parts and args.shar_dir is None:
+        print("asrkit cuts: --shar-parts needs --shar-dir (where to write the shards)", file=sys.stderr)
+        return 2
+    missing = [x for x in args.shar_parts if x not in args.parts]
+    if missing:
+        print(f"asrkit cuts: --shar-parts {' '.join(missing)}: not among --parts {' '.join(args.parts)}", file=sys.stderr)
+        return 2
     try:
         store = _feature_store(args)
     except ConfigError as e:
         print(f"asrkit cuts: {e}", file=sys.stderr)
         return 2
     for part in args.parts:
-        cuts = load_cuts(args.manifest_dir, args.corpus, part)
         feats = None
-        if store is not None and part in args.fbank_parts and not store.is_complete(cuts, args.corpus, part):
-            feats, bad = store.compute(cuts, args.corpus, part, args.num_jobs)  # also the audio check
-        else:
+        path = manifest_path(args.manifest_dir, args.corpus, "cuts", part)
+        if store is not None and part in args.fbank_parts:
+            cuts = load_cuts(args.manifest_dir, args.corpus, part)
+            if not store.is_complete(cuts, args.corpus, part):
+                feats, bad = store.compute(cuts, args.corpus, part, args.num_jobs)  # also the audio check
+            else:
+                bad = check_audio(cuts, args.num_jobs, f"{args.corpus}/{part}")
+        else:  # streamed: a LibriSpeech-size manifest is never held in memory
+            from lhotse import load_manifest_lazy
+
+            if not path.is_file():
+                raise FileNotFoundError(f"no cuts manifest {path} (run the data stages first)")
+            cuts = load_manifest_lazy(path)
             bad = check_audio(cuts, args.num_jobs, f"{args.corpus}/{part}")
+        n = _count_lines(path) if getattr(cuts, "is_lazy", False) else len(cuts)
         if bad:
             listing = "\n  ".join(f"{k}: {v}" for k, v in list(bad.items())[:10])
             if args.on_bad == "raise":
@@ -117,15 +171,20 @@ def main(argv: list[str] | None = None) -> int:
             logger.warning("%s/%s: dropping %d utterances with unreadable audio:\n  %s", args.corpus, part, len(bad), listing)
             with atomic_write(args.manifest_dir / f"{args.corpus}_bad_audio_{part}.txt") as f:
                 f.writelines(f"{k}\t{v}\n" for k, v in bad.items())
-            kept = cuts.filter(lambda c: c.id not in bad).to_eager()
+            kept = cuts.filter(lambda c: c.id not in bad)
             with atomic_path(manifest_path(args.manifest_dir, args.corpus, "cuts", part)) as tmp:
                 kept.to_file(tmp)
-            cuts = kept
-        print(f"{args.corpus}/{part}: {len(cuts)} utterances with readable audio, {len(bad)} dropped")
+            cuts = kept.to_eager() if feats is not None else kept
+            n -= len(bad)
+        print(f"{args.corpus}/{part}: {n} utterances with readable audio, {len(bad)} dropped")
         if feats is not None:
             print(f"{args.corpus}/{part}: fbank stored: {store.save(cuts, feats, args.corpus, part)}")
         elif store is not None and part in args.fbank_parts:
             print(f"{args.corpus}/{part}: fbank stored before: {store.cuts_path(args.corpus, part)}")
+        if args.shar_dir is not None and part in args.shar_parts:
+            from asrkit.data.shar import write_part as write_shar
+
+            print(f"{args.corpus}/{part}: Lhotse Shar shards -> {write_shar(cuts, args.shar_dir, args.corpus, part, args.shar_shard_size)}")
     if args.longform:
         from asrkit.data.longform import build as build_longform
 

@@ -43,27 +43,30 @@ the rest. A batch of one utterance always gets the reference hop and loses no fr
 utterance that passed :func:`asrkit.data.dataset.filter_cuts` is never dropped alone.
 
 DDP. The shuffled batch list is the same on every rank; rank ``r`` takes batches
-``r, r + world_size, ...``. When the number of batches does not divide ``world_size``:
-``drop_last=True`` (default) leaves out the last ``n % world_size`` batches of the shuffled list
-(random ones, different every epoch; nothing is ever repeated); ``drop_last=False`` repeats the
-first batches of the shuffled list instead (the only case where an utterance is seen twice in an
-epoch). Every rank gets the same number of batches.
+``r, r + world_size, ...`` (:class:`asrkit.data.sampling.PlannedSampler`). When the number of
+batches does not divide ``world_size``: ``end="pad"`` (the trainer's) gives the ranks left without
+a batch in the last round an empty one (every utterance exactly once); ``drop_last=True`` (the
+class default, ``end="drop"``) leaves out the last ``n % world_size`` batches of the shuffled list;
+``drop_last=False`` (``end="repeat"``) repeats the first batches of the shuffled list instead.
+Every rank gets the same number of batches.
 """
 from __future__ import annotations
 
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Iterator, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from asrkit.data.audio import AudioError
+from asrkit.data.cut_index import _num_frames_vec
 from asrkit.data.dataset import AsrDataset, collate, ctc_min_frames, stable_seed
 from asrkit.data.features import num_frames
 from asrkit.data.manifests import DropStats
+from asrkit.data.batching import PlannedSampler, _pack
 
 logger = logging.getLogger(__name__)
 
@@ -166,54 +169,56 @@ def plan_batch(cuts: Sequence, ref_hop: float = 0.010, sample_rate: Optional[int
 # ---------------------------------------------------------------------------- sampler
 
 
-class PadFreeSampler:
+class PadFreeSampler(PlannedSampler):
     """Batches of utterances of similar (randomly perturbed) duration, in shuffled order.
 
     Yields Lhotse ``CutSet`` batches like Lhotse samplers. See the module docstring for the
-    algorithm, DDP and the end-of-epoch rule.
+    algorithm, and :mod:`asrkit.data.sampling` for DDP, the end-of-epoch rule and resuming.
 
     Args:
-        cuts: the training cuts (materialized once).
+        cuts: the training cuts (a :class:`~asrkit.data.cut_index.CutIndex`, or cuts in memory).
         max_duration: seconds of audio per batch (per rank); a longer utterance is a batch alone.
         seed, world_size, rank: as Lhotse samplers.
         max_frames: optional budget of computed frames per batch: ``B x round(mean_d / hop)``.
         max_cuts: optional maximum number of utterances per batch.
         hop: the reference hop (seconds) used for ``max_frames`` and ``min_frames``.
         perturb: duration factors are drawn from U(1 - perturb, 1 + perturb).
-        drop_last: DDP end of epoch: drop (True) or repeat (False) batches so that the number of
-            batches divides ``world_size``.
+        drop_last: DDP end of epoch when ``end`` is not given: drop (True) or repeat (False)
+            batches so that the number of batches divides ``world_size``.
+        end: ``pad`` | ``drop`` | ``repeat`` (:data:`asrkit.data.sampling.END_RULES`; the trainer
+            uses ``pad``: every utterance once, empty batches for the ranks left without one).
         min_frames: utterances with fewer frames at ``hop`` are dropped (counted in ``drop_stats``).
     """
 
     def __init__(self, cuts, max_duration: float, seed: int = 0, world_size: int = 1, rank: int = 0,
                  max_frames: Optional[int] = None, max_cuts: Optional[int] = None, hop: float = 0.010,
                  perturb: float = DEFAULT_PERTURB, drop_last: bool = True, min_frames: int = 1,
-                 shuffle: bool = True):
+                 shuffle: bool = True, end: Optional[str] = None):
         if max_duration is None or max_duration <= 0:
             raise ValueError(f"PadFreeSampler: max_duration must be > 0 seconds, got {max_duration!r}")
         if not 0 <= perturb < 1:
             raise ValueError(f"PadFreeSampler: perturb must be in [0, 1), got {perturb!r}")
-        world_size = world_size or 1
-        rank = rank or 0
-        if not 0 <= rank < world_size:
-            raise ValueError(f"PadFreeSampler: rank {rank} is not in [0, world_size={world_size})")
+        super().__init__(cuts, seed, world_size, rank, end or ("drop" if drop_last else "repeat"))
         self.max_duration, self.max_frames, self.max_cuts = float(max_duration), max_frames, max_cuts
-        self.seed, self.world_size, self.rank = int(seed), int(world_size), int(rank)
         self.hop, self.perturb, self.drop_last, self.shuffle = hop, perturb, drop_last, shuffle
         self.drop_stats = DropStats()
-        self.cuts = []
-        for c in cuts:
-            if num_frames(_num_samples(c), c.sampling_rate, hop) < min_frames:
-                self.drop_stats.add(f"fewer than {min_frames} frames at a {hop * 1000:g} ms hop", c.id)
-            else:
-                self.cuts.append(c)
-        if self.drop_stats.counts:
-            logger.warning("PadFreeSampler: dropped %d utterances: %s", sum(self.drop_stats.counts.values()), self.drop_stats)
-        if not self.cuts:
+        t = self.table
+        short = _num_frames_vec(t.num_samples, t.sampling_rates, hop) < min_frames
+        if short.any():
+            for i in np.flatnonzero(short)[:5].tolist():
+                self.drop_stats.examples.setdefault(f"fewer than {min_frames} frames at a {hop * 1000:g} ms hop",
+                                                    []).append(t.id(i))
+            self.drop_stats.counts[f"fewer than {min_frames} frames at a {hop * 1000:g} ms hop"] = int(short.sum())
+            self.table = t.take(np.flatnonzero(~short))
+            logger.warning("PadFreeSampler: dropped %d utterances: %s", int(short.sum()), self.drop_stats)
+        if len(self.table) == 0:
             raise ValueError("PadFreeSampler: no utterances left to sample from")
-        self.durations = np.array([c.duration for c in self.cuts], dtype=np.float64)
-        self.epoch = 0
-        self._plan_cache: tuple[int, list[np.ndarray]] | None = None
+        self.durations = self.table.durations
+
+    @property
+    def cuts(self):
+        """The utterances sampled from (indexable; batches hold indices into it)."""
+        return self.table
 
     # ---------------------------------------------------------------- epoch plan
     def all_batches(self, epoch: int) -> list[np.ndarray]:
@@ -222,55 +227,29 @@ class PadFreeSampler:
         rng = np.random.default_rng(stable_seed("padfree", self.seed, epoch))
         factors = rng.uniform(1.0 - self.perturb, 1.0 + self.perturb, size=len(self.durations))
         order = np.argsort(self.durations * factors, kind="stable")
-        batches: list[list[int]] = []
-        cur: list[int] = []
-        tot = 0.0
-        for i in order:
-            d = self.durations[i]
-            fits = not cur or (tot + d <= self.max_duration
-                               and (self.max_cuts is None or len(cur) + 1 <= self.max_cuts)
-                               and (self.max_frames is None
-                                    or (len(cur) + 1) * round((tot + d) / (len(cur) + 1) / self.hop) <= self.max_frames))
-            if not fits:
-                batches.append(cur)
-                cur, tot = [], 0.0
-            cur.append(int(i))
-            tot += d
-        if cur:
-            batches.append(cur)
+        batches: list[np.ndarray] = []
+        if self.max_cuts is None and self.max_frames is None:
+            _pack(order.tolist(), self.durations.tolist(), self.max_duration, batches)
+        else:
+            dur = self.durations.tolist()
+            cur: list[int] = []
+            tot = 0.0
+            for i in order.tolist():
+                d = dur[i]
+                fits = not cur or (tot + d <= self.max_duration
+                                   and (self.max_cuts is None or len(cur) + 1 <= self.max_cuts)
+                                   and (self.max_frames is None
+                                        or (len(cur) + 1) * round((tot + d) / (len(cur) + 1) / self.hop) <= self.max_frames))
+                if not fits:
+                    batches.append(np.asarray(cur, dtype=np.int64))
+                    cur, tot = [], 0.0
+                cur.append(i)
+                tot += d
+            if cur:
+                batches.append(np.asarray(cur, dtype=np.int64))
         if self.shuffle:
             batches = [batches[j] for j in rng.permutation(len(batches))]
-        return [np.asarray(b, dtype=np.int64) for b in batches]
-
-    def rank_batches(self, epoch: int) -> list[np.ndarray]:
-        """This rank's batches of ``epoch`` (cached for the current epoch)."""
-        if self._plan_cache is not None and self._plan_cache[0] == epoch:
-            return self._plan_cache[1]
-        batches = self.all_batches(epoch)
-        ws, n = self.world_size, len(batches)
-        if ws > 1 and n % ws:
-            if self.drop_last:
-                batches = batches[: n - n % ws]
-            else:
-                batches = batches + [batches[j % n] for j in range(ws - n % ws)]
-        mine = batches[self.rank::ws]
-        self._plan_cache = (epoch, mine)
-        return mine
-
-    # ---------------------------------------------------------------- sampler API
-    def set_epoch(self, epoch: int) -> None:
-        """Select the epoch (mid-epoch resumption: :class:`asrkit.data.sampling.ResumableSampler`)."""
-        self.epoch = int(epoch)
-
-    def __len__(self) -> int:
-        """Batches this rank yields in a whole epoch (the current one)."""
-        return len(self.rank_batches(self.epoch))
-
-    def __iter__(self) -> Iterator:
-        from lhotse import CutSet
-
-        for b in self.rank_batches(self.epoch):
-            yield CutSet.from_cuts(self.cuts[i] for i in b)
+        return batches
 
 
 # ---------------------------------------------------------------------------- dataset

@@ -1,0 +1,349 @@
+"""Training cuts at LibriSpeech 960 h's size: compact arrays instead of Lhotse cut objects.
+
+A LibriSpeech 960 h manifest holds 281 241 cuts; as Lhotse Cut objects in memory that is ~1 GB
+per process (and per DDP rank) and half a minute to load. Training needs, per utterance, only its
+duration and sample count (to plan batches) until the utterance is in a batch; the cut itself is
+needed for that batch alone. :class:`CutIndex` keeps those numbers in numpy arrays and the
+manifest lines zlib-compressed in blocks, and builds Lhotse cuts on demand; it is built in one
+streamed pass over the manifests (filtering as :func:`asrkit.data.dataset.filter_cuts`,
+fingerprinting, the alphabet report) and cached next to them (:func:`load_train_index`).
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import logging
+import pickle
+import re
+import zlib
+from array import array
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from asrkit.utils import atomic_path
+
+logger = logging.getLogger(__name__)
+
+#: manifest lines per compressed block (a cut costs one block's decompression, ~10 us)
+BLOCK = 32
+#: version of the cached index files (bump when their content or the filter rules change)
+INDEX_VERSION = 2
+
+
+def _num_frames_vec(num_samples: np.ndarray, sample_rate: np.ndarray, hop: float) -> np.ndarray:
+    """:func:`asrkit.data.features.num_frames` on arrays."""
+    shift = np.rint(hop * sample_rate.astype(np.float64)).astype(np.int64)
+    return (num_samples + shift // 2) // shift
+
+
+class CutTable:
+    """Utterances as arrays (``durations``, ``num_samples``, ``sampling_rates``) plus a way to get
+    the Lhotse cuts of some of them (:meth:`get`): what the samplers plan batches with. Built from
+    cuts in memory (:meth:`of`) or a :class:`CutIndex` (which is one)."""
+
+    def __init__(self, cuts: list, durations, num_samples, sampling_rates):
+        self._cuts = cuts
+        self.durations = np.asarray(durations, dtype=np.float64)
+        self.num_samples = np.asarray(num_samples, dtype=np.int64)
+        self.sampling_rates = np.asarray(sampling_rates, dtype=np.int32)
+
+    @classmethod
+    def of(cls, cuts) -> "CutTable":
+        """``cuts`` itself if it is a table already, else a table over them (materialized once)."""
+        if isinstance(cuts, CutTable):
+            return cuts
+        lst = list(cuts)
+        ns = [int(c.num_samples) if c.num_samples is not None else int(round(c.duration * c.sampling_rate)) for c in lst]
+        return cls(lst, [c.duration for c in lst], ns, [c.sampling_rate for c in lst])
+
+    def __len__(self) -> int:
+        return len(self.durations)
+
+    def id(self, i: int) -> str:
+        return self._cuts[i].id
+
+    def get(self, indices) -> list:
+        """The cuts at ``indices`` (in that order)."""
+        return [self._cuts[int(i)] for i in indices]
+
+    def __getitem__(self, i: int):
+        return self.get([i])[0]
+
+    def __iter__(self):
+        for start in range(0, len(self), 256):
+            yield from self.get(range(start, min(len(self), start + 256)))
+
+    def take(self, keep: np.ndarray) -> "CutTable":
+        """The table of the utterances at the (sorted) indices ``keep``."""
+        return _SubTable(self, np.asarray(keep, dtype=np.int64))
+
+    def subset(self, cut_ids=None, first: Optional[int] = None):
+        """A Lhotse ``CutSet`` of the cuts with these ids (in that order) or of the ``first`` ones
+        (as :meth:`lhotse.CutSet.subset`)."""
+        from lhotse import CutSet
+
+        if first is not None:
+            return CutSet.from_cuts(self.get(range(min(first, len(self)))))
+        where = {self.id(i): i for i in range(len(self))}
+        missing = [c for c in cut_ids if c not in where]
+        if missing:
+            raise KeyError(f"no utterance {missing[0]!r} among the training cuts")
+        return CutSet.from_cuts(self.get([where[c] for c in cut_ids]))
+
+    def to_eager(self):
+        from lhotse import CutSet
+
+        return CutSet.from_cuts(list(self))
+
+
+class _SubTable(CutTable):
+    def __init__(self, base: CutTable, keep: np.ndarray):
+        self.base, self.keep = base, keep
+        super().__init__([], base.durations[keep], base.num_samples[keep], base.sampling_rates[keep])
+
+    def id(self, i: int) -> str:
+        return self.base.id(int(self.keep[i]))
+
+    def get(self, indices) -> list:
+        return self.base.get(self.keep[np.asarray(list(indices), dtype=np.int64)])
+
+
+class CutIndex(CutTable):
+    """The training cuts of one or more manifests, compact (see above): arrays of durations,
+    sample counts and sampling rates, the ids (a numpy bytes array), and the manifest lines of the
+    kept cuts, zlib-compressed by blocks of :data:`BLOCK`. Also what the trainer needs from a pass
+    over every transcript, computed in the same pass: the data and text fingerprints
+    (:func:`asrkit.training.state.fingerprints`, same values as over the cuts themselves) and the
+    alphabet report (:func:`asrkit.tokenizer.alphabet_report`)."""
+
+    def __init__(self, blocks: list, ids: np.ndarray, durations, num_samples, sampling_rates,
+                 fingerprints: dict, alphabet, drop_stats, sources: Optional[np.ndarray] = None):
+        super().__init__([], durations, num_samples, sampling_rates)
+        self.blocks, self.ids = blocks, ids
+        #: which of the manifests read each cut came from (their index in the list given to :meth:`build`)
+        self.sources = sources if sources is not None else np.zeros(len(ids), dtype=np.int32)
+        self.data_fingerprints, self.alphabet, self.drop_stats = fingerprints, alphabet, drop_stats
+        self._cache: dict[int, list] = {}
+
+    def id(self, i: int) -> str:
+        return self.ids[i].decode()
+
+    def _lines(self, b: int) -> list:
+        lines = self._cache.get(b)
+        if lines is None:
+            if len(self._cache) >= 8:
+                self._cache.pop(next(iter(self._cache)))
+            lines = self._cache[b] = zlib.decompress(self.blocks[b]).split(b"\n")
+        return lines
+
+    def get(self, indices) -> list:
+        from lhotse.serialization import deserialize_item
+
+        return [deserialize_item(json.loads(self._lines(int(i) // BLOCK)[int(i) % BLOCK])) for i in indices]
+
+    def id_texts(self):
+        """``(id, transcript)`` of every cut, in order (the transcript as the dataset joins it)."""
+        for b in range(len(self.blocks)):
+            for line in zlib.decompress(self.blocks[b]).split(b"\n"):
+                d = json.loads(line)
+                yield d["id"], " ".join(s["text"] for s in d.get("supervisions", []) if s.get("text"))
+
+    def nbytes(self) -> int:
+        return (sum(len(b) for b in self.blocks) + self.ids.nbytes + self.durations.nbytes + self.num_samples.nbytes
+                + self.sampling_rates.nbytes)
+
+    # ------------------------------------------------------------------------ building
+    @classmethod
+    def build(cls, paths, drop_reason, fold: str = "none", desc: str = "") -> "CutIndex":
+        """Read the cuts manifests ``paths`` (in order) line by line; keep the cuts for which
+        ``drop_reason(id, text, duration, num_samples, sampling_rate)`` is None, count the others."""
+        from tqdm import tqdm
+
+        from asrkit.data.manifests import DropStats
+        from asrkit.tokenizer import AlphabetReport
+
+        stats = DropStats()
+        alphabet = AlphabetReport(fold=fold)
+        blocks, cur = [], []
+        ids, durs, nss, srs, src = [], array("d"), array("q"), array("i"), array("i")
+        texts, text_offsets = bytearray(), array("q", [0])
+        bar = tqdm(desc=f"index {desc}", unit="utt", dynamic_ncols=True, mininterval=2.0, disable=None)
+        for k, path in enumerate(paths):
+            with gzip.open(path, "rb") if str(path).endswith(".gz") else open(path, "rb") as f:
+                for n, raw in enumerate(f, 1):
+                    raw = raw.rstrip(b"\r\n")
+                    if not raw:
+                        continue
+                    try:
+                        d = json.loads(raw)
+                        cid, dur = d["id"], float(d["duration"])
+                        sr = int(d["recording"]["sampling_rate"]) if "recording" in d else int(d.get("sampling_rate") or 16000)
+                    except (ValueError, KeyError, TypeError) as e:
+                        raise ValueError(f"{path}, line {n}: not a Lhotse cut ({type(e).__name__}: {e}); "
+                                         "rerun the data stages (1 and 2) to rewrite the manifest") from None
+                    text = " ".join(s["text"] for s in d.get("supervisions", []) if s.get("text"))
+                    ns = int(round(dur * sr, 8) + 0.5)  # lhotse.utils.compute_num_samples (half up), faster
+                    why = drop_reason(cid, text, dur, ns, sr)
+                    bar.update(1)
+                    if why is not None:
+                        stats.add(why, cid)
+                        continue
+                    if text.isascii() and not _DIGIT.search(text):  # nothing outside a-z ' (the usual case)
+                        alphabet.total += 1
+                    else:
+                        alphabet.add(cid, text)
+                    ids.append(cid.encode())
+                    durs.append(dur)
+                    nss.append(ns)
+                    srs.append(sr)
+                    src.append(k)
+                    texts += f"{cid}\t{text}\n".encode()
+                    text_offsets.append(len(texts))
+                    cur.append(raw)
+                    if len(cur) == BLOCK:
+                        blocks.append(zlib.compress(b"\n".join(cur), 1))
+                        cur = []
+        if cur:
+            blocks.append(zlib.compress(b"\n".join(cur), 1))
+        bar.close()
+        id_arr = np.array(ids, dtype=bytes) if ids else np.zeros(0, dtype="S1")
+        del ids
+        durations = np.frombuffer(durs, dtype=np.float64).copy()
+        # the fingerprints of asrkit.training.state, over the cuts sorted by id
+        order = np.argsort(id_arr, kind="stable")
+        hd, ht = hashlib.sha256(), hashlib.sha256()
+        offs = np.frombuffer(text_offsets, dtype=np.int64)
+        mv = memoryview(texts)
+        for i in order.tolist():
+            hd.update(b"%s:%s\n" % (id_arr[i], f"{durations[i]:.4f}".encode()))
+            ht.update(mv[offs[i]:offs[i + 1]])
+        mv.release()
+        del texts
+        prints = {"data_fingerprint": hd.hexdigest()[:16], "text_fingerprint": ht.hexdigest()[:16]}
+        return cls(blocks, id_arr, durations, np.frombuffer(nss, dtype=np.int64).copy(),
+                   np.frombuffer(srs, dtype=np.int32).copy(), prints, alphabet, stats,
+                   np.frombuffer(src, dtype=np.int32).copy())
+
+    # ------------------------------------------------------------------------ cache
+    def save(self, path: Path) -> None:
+        with atomic_path(path) as tmp, open(tmp, "wb") as f:
+            pickle.dump({"version": INDEX_VERSION, "index": self}, f, protocol=5)
+
+    @staticmethod
+    def load(path: Path) -> Optional["CutIndex"]:
+        try:
+            with open(path, "rb") as f:
+                st = pickle.load(f)
+        except Exception:  # noqa: BLE001 - a missing, partial or foreign cache is rebuilt
+            return None
+        return st["index"] if isinstance(st, dict) and st.get("version") == INDEX_VERSION else None
+
+    def __getstate__(self) -> dict:
+        st = dict(self.__dict__)
+        st["_cache"] = {}
+        return st
+
+
+def train_drop_reason(tokenizer, hop: float, frontend_stride: int, min_duration: float = 0.0,
+                      max_duration: float = float("inf")):
+    """The rule of :func:`asrkit.data.dataset.filter_cuts` as ``(id, text, duration, num_samples,
+    sampling_rate) -> reason or None`` (same reasons, same order)."""
+    from asrkit.data.dataset import ctc_min_frames
+    from asrkit.data.features import num_frames
+
+    needs = _char_ctc_frames(tokenizer)
+    if needs is None:
+        def needs(text):
+            toks = tokenizer.encode(text)
+            return len(toks), ctc_min_frames(toks)
+
+    def reason(cid, text, dur, ns, sr):
+        n_toks, n_frames = needs(text)
+        if not n_toks:
+            return "empty transcript"
+        if dur < min_duration:
+            return f"shorter than {min_duration} s"
+        if dur > max_duration:
+            return f"longer than {max_duration} s"
+        if -(-num_frames(ns, sr, hop) // frontend_stride) < n_frames:
+            return "too short for its transcript"
+        return None
+
+    return reason
+
+
+_DIGIT = re.compile(r"[0-9]")
+_WORD = re.compile(r"[a-z']+")
+_REPEAT = re.compile(r"(.)(?=\1)", re.S)
+
+
+def _char_ctc_frames(tokenizer):
+    """For the letters tokenizer, ``text -> (tokens, ctc_min_frames(tokens))`` without building
+    the token list (one token per character of the normalized words joined by the word boundary,
+    a repeat wherever two neighbouring characters are equal): 5x faster than encoding, the same
+    numbers (tests/test_elastic.py). None for other tokenizers."""
+    from asrkit.tokenizer import WORD_BOUNDARY, CharTokenizer
+    from asrkit.utils import fold_text
+
+    if type(tokenizer) is not CharTokenizer or len(WORD_BOUNDARY) != 1:
+        return None
+    fold = tokenizer.fold
+
+    def needs(text):
+        # normalize_for_tokens(text).split(): the runs of [a-z'] of the folded, lower-cased text
+        words = _WORD.findall((text if fold == "none" else fold_text(text, fold)).lower())
+        s = WORD_BOUNDARY.join(words)
+        return len(s), len(s) + len(_REPEAT.findall(s))
+
+    return needs
+
+
+def load_train_index(manifest_dir, corpus: str, sets, tokenizer, features, frontend_stride: int,
+                     min_duration: float = 0.0, max_duration: float = float("inf"), cache: bool = True,
+                     paths: Optional[list] = None, cache_dir=None) -> CutIndex:
+    """The training cuts of ``sets`` as a :class:`CutIndex`, filtered like
+    :func:`asrkit.data.dataset.filter_cuts` (the counts of what was dropped in ``.drop_stats``).
+
+    With ``cache``, the index is saved next to the manifests
+    (``<manifest_dir>/.index/<corpus>_<sets>.<key>.pkl``, written atomically; every DDP rank may
+    write it, with the same content) and reused while the manifests (size, modification time) and
+    what the filter depends on (tokenizer, hop, stride, duration limits) are unchanged; a manifest
+    directory that cannot be written is used without cache. ``paths`` (and ``cache_dir``): read
+    these cuts manifests instead (Shar shards' cuts, :mod:`asrkit.data.shar`)."""
+    from asrkit.data.manifests import manifest_path
+
+    paths = [Path(p) for p in paths] if paths is not None else [manifest_path(manifest_dir, corpus, "cuts", s) for s in sets]
+    for p in paths:
+        if not p.is_file():
+            raise FileNotFoundError(f"no cuts manifest {p} (run the data stages first)")
+    where = f"{corpus}/{'+'.join(sets)}"
+    key_src = json.dumps({"v": INDEX_VERSION, "files": [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in paths],
+                          "tok": tokenizer.to_dict() if hasattr(tokenizer, "to_dict") else repr(tokenizer),
+                          "hop": features.hop, "stride": frontend_stride, "min": min_duration, "max": max_duration},
+                         sort_keys=True, default=str)
+    key = hashlib.sha256(key_src.encode()).hexdigest()[:16]
+    cache_path = Path(cache_dir or manifest_dir) / ".index" / f"{corpus}_{'+'.join(sets)}.{key}.pkl"
+    if cache and cache_path.is_file():
+        index = CutIndex.load(cache_path)
+        if index is not None:
+            logger.info("%s: %d training utterances from the index %s", where, len(index), cache_path)
+            return _report(index, where)
+    index = CutIndex.build(paths, train_drop_reason(tokenizer, features.hop, frontend_stride, min_duration, max_duration),
+                           getattr(tokenizer, "fold", "none"), where)
+    if cache:
+        try:
+            cache_path.parent.mkdir(exist_ok=True)
+            index.save(cache_path)
+        except OSError as e:
+            logger.info("%s: index not cached (%s); it is rebuilt at every start", where, e)
+    return _report(index, where)
+
+
+def _report(index: CutIndex, where: str) -> CutIndex:
+    st = index.drop_stats
+    if st.counts:
+        logger.warning("%s: dropped %d utterances: %s", where, sum(st.counts.values()), st)
+    return index

@@ -1,0 +1,301 @@
+"""Ranks (issue 34): every utterance exactly once per epoch across 1, 2, 4 and 8 gloo processes
+(bucketing and padding-free samplers); a resume after kill -9 with the same world size is bitwise;
+a resume with another world size (8 -> 4 -> 2, ``train.elastic=true``) finishes the epoch with no
+utterance skipped or repeated and says so in the log; two torchrun "nodes" on localhost (c10d
+rendezvous, node ranks 0 and 1) train and resume, and killing one node stops the other within
+``train.dist_timeout_s``, its last checkpoint intact.
+
+The ranks are forked from the test process (``helpers_train.start_forked``, the environment
+torchrun gives them) except for the two-node test, which runs two real ``torchrun``. 8 forked
+ranks of the tiny model train an epoch in ~10 s on 2 cores: every case is in the default suite.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import helpers_train as H
+from asrkit.checkpoint import list_checkpoints, load_latest, read_index
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return H.build_corpus(tmp_path_factory.mktemp("elastic_corpus"), n_train=32, n_dev=2)
+
+
+def _durations(n=400, seed=0):
+    from lhotse import CutSet
+    from lhotse.testing.dummies import dummy_cut
+
+    rng = np.random.default_rng(seed)
+    return CutSet.from_cuts(dummy_cut(i, duration=float(rng.uniform(1.0, 20.0))) for i in range(n))
+
+
+# ----------------------------------------------------------------------------- samplers
+@pytest.mark.parametrize("kind", ["bucketing", "padfree"])
+def test_every_utterance_once_per_epoch_for_1_2_4_8_ranks(kind):
+    from asrkit.config import load_config
+    from asrkit.data.sampling import make_sampler
+
+    cuts = _durations()
+    cfg = load_config(None, [f"data.sampler={kind}", "data.max_duration=60", "data.num_buckets=5"])
+    all_ids = sorted(c.id for c in cuts)
+    for ws in (1, 2, 4, 8):
+        for epoch in (1, 2):
+            per_rank = []
+            for r in range(ws):
+                s = make_sampler(cuts, cfg.data, train=True, seed=3, world_size=ws, rank=r)
+                s.set_epoch(epoch)
+                per_rank.append([[c.id for c in b] for b in s])
+            assert len({len(b) for b in per_rank}) == 1, (ws, [len(b) for b in per_rank])  # ranks stay in step
+            seen = sorted(i for b in per_rank for batch in b for i in batch)
+            assert seen == all_ids, (kind, ws, epoch)  # exactly once
+            if ws == 8:
+                assert any(len(batch) == 0 for b in per_rank for batch in b)  # the last round is padded
+
+
+@pytest.mark.parametrize("kind", ["bucketing", "padfree"])
+def test_elastic_position_8_4_2_sees_each_utterance_once(kind):
+    """After k batches per rank with w ranks, global batch start + k w is next, whatever w."""
+    from asrkit.config import load_config
+    from asrkit.data.sampling import make_sampler
+
+    cuts = _durations(500, seed=1)
+    cfg = load_config(None, [f"data.sampler={kind}", "data.max_duration=40"])
+    seen, start = [], 0
+    for ws, k in ((8, 3), (4, 5), (2, None)):
+        done = []
+        for r in range(ws):
+            s = make_sampler(cuts, cfg.data, train=True, seed=9, world_size=ws, rank=r)
+            s.set_epoch(2)
+            s.start = start
+            done.append([[c.id for c in b] for b in s][:k])
+        seen += [i for b in done for batch in b for i in batch]
+        if k is not None:
+            start = s.global_position(k)
+            assert start == min(s.start + k * ws, s.num_global_batches())
+    assert sorted(seen) == sorted(c.id for c in cuts)
+
+
+def test_index_matches_cuts_in_memory(corpus, tmp_path):
+    """The compact index keeps what filter_cuts keeps, gives the same cuts, fingerprints and
+    alphabet report as the cuts in memory, and is cached next to the manifests."""
+    from asrkit.data.cut_index import load_train_index
+    from asrkit.data.dataset import filter_cuts
+    from asrkit.data.manifests import load_cuts
+    from asrkit.tokenizer import load_tokenizer
+    from asrkit.training.checks import load_config
+    from asrkit.training.inputs import alphabet_check
+    from asrkit.training.state import fingerprints
+
+    cfg = load_config(H.TINY, H.overrides(corpus, data__min_duration=0.9))
+    tok = load_tokenizer(cfg.tokens.path)
+    ref, stats = filter_cuts(load_cuts(corpus["manifests"], "fx", "train"), tok, cfg.features, cfg.frontend.stride,
+                             0.9, 60.0)
+    idx = load_train_index(corpus["manifests"], "fx", ["train"], tok, cfg.features, cfg.frontend.stride, 0.9, 60.0)
+    assert 0 < len(idx) == len(ref) < 32 and idx.drop_stats.counts == stats.counts
+    assert [c.to_dict() for c in idx] == [c.to_dict() for c in ref]
+    assert fingerprints(idx, tok) == fingerprints(ref, tok)
+    assert alphabet_check(idx, tok, cfg) == alphabet_check(ref, tok, cfg)
+    cached = list((corpus["manifests"] / ".index").glob("fx_train.*.pkl"))
+    assert len(cached) == 1
+    again = load_train_index(corpus["manifests"], "fx", ["train"], tok, cfg.features, cfg.frontend.stride, 0.9, 60.0)
+    assert list(again.ids) == list(idx.ids) and again.get([3])[0].to_dict() == ref[3].to_dict()
+
+
+# ----------------------------------------------------------------------------- training runs
+def _record(monkeypatch):
+    """Every rank appends the ids of each real batch it trains on to EXP/ids.rank<r>.jsonl."""
+    from asrkit.training import loop
+
+    orig = loop.Trainer.micro_batch
+
+    def micro_batch(self, batch, total, micro, sync):
+        if batch is not None and batch["ids"]:
+            with open(self.exp_dir / f"ids.rank{self.dist.rank}.jsonl", "a") as f:
+                f.write(json.dumps({"epoch": self.epoch, "ws": self.dist.world_size, "ids": batch["ids"]}) + "\n")
+        return orig(self, batch, total, micro, sync)
+
+    monkeypatch.setattr(loop.Trainer, "micro_batch", micro_batch)
+
+
+def _seen(exp: Path) -> dict:
+    out: dict = {}
+    for p in sorted(exp.glob("ids.rank*.jsonl")):
+        for line in p.read_text().splitlines():
+            r = json.loads(line)
+            out.setdefault(r["epoch"], []).extend(r["ids"])
+    return out
+
+
+def _train_ids(corpus) -> list[str]:
+    """The training utterances after the trainer's filter."""
+    from asrkit.data.cut_index import load_train_index
+    from asrkit.tokenizer import load_tokenizer
+    from asrkit.training.checks import load_config
+
+    cfg = load_config(H.TINY, H.overrides(corpus))
+    idx = load_train_index(corpus["manifests"], "fx", ["train"], load_tokenizer(cfg.tokens.path), cfg.features,
+                           cfg.frontend.stride, cfg.data.min_duration, cfg.data.max_utt_duration)
+    return sorted(idx.id(i) for i in range(len(idx)))
+
+
+def _ranks_once(corpus, tmp_path, monkeypatch, nproc: int, kind: str):
+    _record(monkeypatch)
+    exp = tmp_path / f"{kind}{nproc}"
+    kw = dict(data__sampler=kind, data__max_duration=2.0, train__max_epochs=2, specaug__enabled=False,
+              encoder__n_layers=1)
+    codes = H.run_forked(exp, H.overrides(corpus, **kw), nproc=nproc, timeout=240)
+    assert codes == [0] * nproc, (codes, (exp / "train.log").read_text()[-3000:])
+    want = _train_ids(corpus)
+    seen = _seen(exp)
+    assert sorted(seen) == [1, 2]
+    for epoch, ids in seen.items():
+        assert sorted(ids) == want, (nproc, kind, epoch)  # every utterance once, none twice
+    assert H.info(exp)["unequal_epochs"] == 0
+
+
+@pytest.mark.parametrize("nproc", [1, 2, 4, 8])  # 8 forked ranks: ~10 s on 2 cores, in the default suite
+@pytest.mark.parametrize("kind", ["bucketing", "padfree"])
+def test_training_sees_every_utterance_once(corpus, tmp_path, monkeypatch, nproc, kind):
+    _ranks_once(corpus, tmp_path, monkeypatch, nproc, kind)
+
+
+def test_resume_with_8_then_4_then_2_ranks_finishes_the_epoch_exactly(corpus, tmp_path, monkeypatch):
+    """8 ranks stop after 1 step, 4 resume and stop after step 2, 2 finish the epoch (and one
+    more): the epoch's utterances are each trained on once; the log says what was done."""
+    _record(monkeypatch)
+    exp = tmp_path / "exp"
+    kw = dict(data__max_duration=1.5, train__max_epochs=2, train__elastic=True, specaug__enabled=False,
+              encoder__n_layers=1, train__ckpt_every_steps=1)
+    assert H.run_forked(exp, H.overrides(corpus, train__max_steps=1, **kw), nproc=8, timeout=240) == [0] * 8
+    st = load_latest(exp)[0]
+    assert (st["epoch"], st["batch_in_epoch"], st["world_size"], st["sampler_start"]) == (1, 1, 8, 0)
+    assert H.run_forked(exp, H.overrides(corpus, train__max_steps=2, **kw), nproc=4, timeout=240) == [0] * 4
+    st = load_latest(exp)[0]
+    assert (st["epoch"], st["batch_in_epoch"], st["world_size"], st["sampler_start"]) == (1, 1, 4, 8)
+    log = (exp / "train.log").read_text()
+    assert re.search(r"with 4 process\(es\) instead of 8 \(train.elastic\): epoch 1 continues at global batch 8 ", log)
+    assert H.run_forked(exp, H.overrides(corpus, **kw), nproc=2, timeout=240) == [0, 0]
+    log = (exp / "train.log").read_text()
+    assert "with 2 process(es) instead of 4 (train.elastic): epoch 1 continues at global batch 12 " in log
+    want = _train_ids(corpus)
+    seen = _seen(exp)
+    assert sorted(seen[1]) == want  # epoch 1 over three world sizes: once each
+    assert sorted(seen[2]) == want
+    assert H.info(exp)["epochs_completed"] == 2
+    # without train.elastic the world size change is refused, as before
+    assert H.run_inprocess(exp, H.overrides(corpus, **dict(kw, train__elastic=False, train__max_epochs=3))) == 1
+    assert "world size changed: checkpoint 2, now 1" in (exp / "train.log").read_text()
+
+
+@pytest.mark.parametrize("kind", ["bucketing", "padfree"])
+def test_kill9_two_ranks_then_rerun_is_bitwise(corpus, tmp_path, kind):
+    kw = dict(data__sampler=kind, data__max_duration=2.0, train__max_epochs=2, train__ckpt_every_steps=2,
+              encoder__dropout=0.1, encoder__n_layers=1)
+    ovr = H.overrides(corpus, **kw)
+    spec = {"dump_params": True}
+    ref = tmp_path / "ref"
+    assert H.run_forked(ref, ovr, spec, nproc=2, timeout=240) == [0, 0]
+    exp = tmp_path / "exp"
+    procs = H.start_forked(exp, ovr, dict(spec, faults=[{"kind": "slow", "seconds": 0.3}]), nproc=2)
+    killed = None
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and all(p.is_alive() for p in procs):
+            mid = [v for n, v in read_index(exp).items() if n.startswith("step-") and v["batch_in_epoch"] > 0]
+            if mid:
+                for p in procs:
+                    os.kill(p.pid, signal.SIGKILL)
+                killed = max(v["step"] for v in mid)
+                break
+            time.sleep(0.05)
+    finally:
+        H.join_all(procs, 10)
+    assert killed is not None and not (exp / "train_info.json").exists()
+    assert H.run_forked(exp, ovr, spec, nproc=2, timeout=240) == [0, 0]
+    assert "resumed from" in (exp / "train.log").read_text()
+    assert H.bitwise_equal(H.model_params(exp / "params.rank0.pt"), H.model_params(ref / "params.rank0.pt"))
+    assert H.info(exp)["steps"] == H.info(ref)["steps"]
+
+
+# ----------------------------------------------------------------------------- two nodes
+def _node(exp: Path, ovr, node: int, port: int, spec=None) -> subprocess.Popen:
+    script = [str(Path(H.__file__).resolve()), "--spec", json.dumps(spec or {}), "--"] + H.train_args(exp, ovr)
+    cmd = [H.PY, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(node), "--nproc_per_node", "1",
+           "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_id", f"elastic-{port}",
+           "--rdzv_conf", f"is_host={int(node == 0)}", "--max_restarts", "0", "--monitor_interval", "0.5"] + script
+    out = open(exp.parent / f"node{node}.out", "a")
+    return subprocess.Popen(cmd, env=H.env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _kill_group(p: subprocess.Popen) -> None:
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    p.wait(10)
+
+
+def test_two_torchrun_nodes_train_resume_and_one_node_dying_stops_the_other(corpus, tmp_path):
+    exp = tmp_path / "exp"
+    exp.mkdir()
+    timeout = 8
+    kw = dict(data__max_duration=2.0, train__max_epochs=100, train__ckpt_every_steps=1, encoder__n_layers=1,
+              train__dist_timeout_s=timeout)
+    # train 2 steps on two nodes, then resume to 3
+    for steps in (2, 3):
+        port = H.free_port()
+        nodes = [_node(exp, H.overrides(corpus, train__max_steps=steps, **kw), n, port) for n in (0, 1)]
+        try:
+            codes = [p.wait(180) for p in nodes]
+        finally:
+            for p in nodes:
+                if p.poll() is None:
+                    _kill_group(p)
+        assert codes == [0, 0], (tmp_path / "node0.out").read_text()[-3000:]
+        assert H.info(exp)["steps"] == steps and H.info(exp)["world_size"] == 2
+    assert "resumed from" in (exp / "train.log").read_text()
+    # kill -9 node 1 (its torchrun and its worker) mid-training: node 0 ends within the timeout
+    port = H.free_port()
+    slow = {"faults": [{"kind": "slow", "seconds": 0.3}]}
+    nodes = [_node(exp, H.overrides(corpus, **kw), n, port, slow) for n in (0, 1)]
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and load_latest(exp)[0]["step"] < 5:
+            assert all(p.poll() is None for p in nodes), (tmp_path / "node0.out").read_text()[-3000:]
+            time.sleep(0.2)
+        _kill_group(nodes[1])
+        killed_at = time.time()
+        rc = nodes[0].wait(timeout + 30)
+        ended = time.time()
+    finally:
+        for p in nodes:
+            if p.poll() is None:
+                _kill_group(p)
+    assert rc != 0
+    assert ended - killed_at < timeout + 10, ended - killed_at
+    st, path = load_latest(exp)
+    assert st["step"] >= 5 and st["world_size"] == 2  # the last checkpoint is intact
+    # both nodes again: they resume from it
+    port = H.free_port()
+    nodes = [_node(exp, H.overrides(corpus, train__max_steps=st["step"] + 1, **kw), n, port) for n in (0, 1)]
+    try:
+        codes = [p.wait(180) for p in nodes]
+    finally:
+        for p in nodes:
+            if p.poll() is None:
+                _kill_group(p)
+    assert codes == [0, 0]
+    assert f"resumed from {path}" in (exp / "train.log").read_text()
+    assert len(list_checkpoints(exp)) >= 1

@@ -1,0 +1,110 @@
+"""Corpus size (issue 34): the compact training index (asrkit.data.cut_index) gives what the cuts
+in memory give, with its shortcuts checked against the code they stand for; the scale benchmark's
+fake LibriSpeech is read by Lhotse's own prepare_librispeech, and its report is written. The
+timings themselves are docs/results/scale.md (``python -m asrkit.bench scale``), not tests."""
+from __future__ import annotations
+
+import gzip
+import json
+import random
+
+import numpy as np
+import pytest
+
+
+def test_letters_fast_path_counts_what_the_tokenizer_gives():
+    from asrkit.data.cut_index import _char_ctc_frames
+    from asrkit.data.dataset import ctc_min_frames
+    from asrkit.tokenizer import CharTokenizer
+
+    rnd = random.Random(0)
+    chars = list("abcXYZ  ''-.,0123`|") + ["É", "ß", "İ", "\u212a", "ñ", "Æ", "\u2019", "\t", "\n", "ﬁ", "Ⅻ", "ǅ"]
+    for fold in ("none", "ascii"):
+        tok = CharTokenizer(fold)
+        needs = _char_ctc_frames(tok)
+        for _ in range(5000):
+            s = "".join(rnd.choice(chars) for _ in range(rnd.randint(0, 30)))
+            ids = tok.encode(s)
+            assert needs(s) == (len(ids), ctc_min_frames(ids)), (fold, s)
+
+
+def test_sample_count_rounding_is_lhotses():
+    from lhotse.utils import compute_num_samples
+
+    rnd = np.random.default_rng(0)
+    durs = list(rnd.uniform(0.1, 35.0, 20000)) + [k / 32000 for k in range(1, 2000)] + [0.5 / 16000, 14.085, 2.03125]
+    for d in durs:
+        for sr in (8000, 16000, 22050, 44100):
+            assert int(round(d * sr, 8) + 0.5) == compute_num_samples(d, sr), (d, sr)
+
+
+def _manifest(path, n: int, seed: int = 0) -> None:
+    """``n`` LibriSpeech-like MonoCut lines (as asrkit's stage 1 writes them)."""
+    from lhotse import AudioSource, Recording, SupervisionSegment
+    from lhotse.cut import MonoCut
+
+    rng = np.random.default_rng(seed)
+    with gzip.open(path, "wt") as f:
+        for i in range(n):
+            uid = f"{100 + i // 50}-{1000 + i // 50}-{i % 50:04d}"
+            d = float(rng.choice([0.2, 1.5, 5.0, 10.5, 12.0, 16.0, 24.5]))
+            rec = Recording(uid, [AudioSource("file", [0], f"/LibriSpeech/x/{uid}.flac")], 16000, int(d * 16000), d)
+            text = " ".join(rng.choice(["THE", "AND", "OF", "TO", "A", "IT'S", "NAÏVE", "7"], size=int(rng.integers(0, 40))))
+            sup = SupervisionSegment(uid, uid, 0.0, d, channel=0, text=text, speaker=uid[:3])
+            f.write(json.dumps(MonoCut(uid, 0.0, d, 0, supervisions=[sup], recording=rec).to_dict()) + "\n")
+
+
+def test_index_is_compact_and_builds_cuts_only_for_batches(tmp_path, monkeypatch):
+    from lhotse import load_manifest
+
+    from asrkit.config import FeatureConfig
+    from asrkit.data import cut_index
+    from asrkit.data.dataset import filter_cuts
+    from asrkit.data.sampling import BucketingSampler
+    from asrkit.tokenizer import CharTokenizer
+    from asrkit.training.state import fingerprints
+
+    (tmp_path / "m").mkdir()
+    path = tmp_path / "m" / "ls_cuts_train.jsonl.gz"
+    _manifest(path, 3000)
+    tok, fc = CharTokenizer(), FeatureConfig()
+    idx = cut_index.load_train_index(tmp_path / "m", "ls", ["train"], tok, fc, 3, 0.3, 20.0)
+    ref, stats = filter_cuts(load_manifest(path), tok, fc, 3, 0.3, 20.0)
+    assert len(idx) == len(ref) and idx.drop_stats.counts == stats.counts and len(stats.counts) >= 3
+    assert fingerprints(idx, tok) == fingerprints(ref, tok)
+    assert idx.nbytes() / len(idx) < 250  # bytes per utterance (Lhotse cut objects: ~4 KB)
+    built = []
+    orig = cut_index.CutIndex.get
+    monkeypatch.setattr(cut_index.CutIndex, "get", lambda self, ix: built.append(len(ix)) or orig(self, ix))
+    s = BucketingSampler(idx, max_duration=100.0, num_buckets=10, seed=1)
+    s.set_epoch(1)
+    assert built == []  # planning reads the arrays only
+    first = next(iter(s))
+    assert built == [len(first)] and sum(c.duration for c in first) <= 100.0
+    assert [c.to_dict() for c in first] == [ref[c.id].to_dict() for c in first]
+
+
+def test_bench_corpus_is_librispeech_for_lhotse_and_the_report_is_written(tmp_path):
+    from asrkit.bench import scale
+    from asrkit.data.librispeech import prepare
+    from asrkit.data.manifests import load_cuts
+
+    libri = scale.make_corpus(tmp_path / "c", 120)
+    parts = sorted(p.name for p in libri.iterdir())
+    assert parts == sorted(scale.PARTS)
+    flacs = list(libri.rglob("*.flac"))
+    assert len(flacs) == 120 and all(f.stat().st_nlink > 1 for f in flacs)  # hard links to a few files
+    prepare(libri.parent, tmp_path / "m", ["train-960"], num_jobs=1)  # Lhotse's prepare_librispeech
+    n = {p: len(load_cuts(tmp_path / "m", "librispeech", p)) for p in scale.PARTS}
+    assert sum(n.values()) == 120 and n["train-other-500"] > n["train-clean-100"]
+    run = lambda w, m: [{"wall_s": w, "peak_rss_mb": m, "batches": 10}]  # noqa: E731
+    row = {"n": 120, "prepare": {"wall_s": 1, "peak_rss_mb": 200}, "check": {"wall_s": 2, "peak_rss_mb": 210},
+           "fbank": {"wall_s": 3}, "lhotse": run(1.0, 300), "lhotse_resume": {"wall_s": 2.0},
+           "bucketing_resume": {"wall_s": 0.5}}
+    for k in ("bucketing_cold", "bucketing_warm", "padfree_cold", "padfree_warm"):
+        row[k] = run(0.8, 280)
+    res = {"cpu": "test", "rows": [row, dict(row, n=240)]}
+    md = scale.table(res)
+    assert "| 120 |" in md and "0.80x, 0.93x" in md
+    scale.plot(res, tmp_path / "p.png")
+    assert (tmp_path / "p.png").stat().st_size > 10000
