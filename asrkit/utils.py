@@ -227,6 +227,20 @@ def denormals_flushed() -> bool:
     return _DENORMALS_FLUSHED
 
 
+def cpu_model(cpuinfo: Pathlike = "/proc/cpuinfo") -> str:
+    """The CPU's model name (``lscpu``'s "Model name"), for the records of timed runs."""
+    try:
+        for line in Path(cpuinfo).read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                return value.strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
 def cpu_has_native_bf16(cpuinfo: Pathlike = "/proc/cpuinfo") -> "bool | None":
     """Whether this CPU computes bf16 natively (x86 ``amx_bf16`` or ``avx512_bf16``, ARM ``bf16``
     flags in /proc/cpuinfo), None where that cannot be read (not Linux). Without it PyTorch emulates

@@ -220,6 +220,19 @@ def test_grad_accumulation_and_mixed_precision(corpus, tmp_path, monkeypatch):
                   / torch.cat(list(u32.values())).norm())
     assert 1e-4 < total < 0.02, total  # measured 0.004: bf16 really ran, and the update is the fp32 one
     assert max(rel.values()) < 0.1, max(rel.items(), key=lambda kv: kv[1])  # every tensor (measured <= 0.02)
+    # train.amp=auto: bf16 exactly where the CPU has native bf16 (the same run as train.amp=bf16),
+    # fp32 elsewhere (the same run as train.amp=none); the choice is logged and in train_info.json
+    import asrkit.utils
+
+    for native, twin, want in ((True, bf16, "bf16"), (False, a, "none")):
+        auto = tmp_path / f"auto_{want}"
+        monkeypatch.setattr(asrkit.utils, "cpu_has_native_bf16", lambda native=native: native)
+        assert H.run_inprocess(auto, H.overrides(corpus, train__amp="auto", **kw), {"batches": big}) == 0
+        monkeypatch.undo()
+        assert H.info(auto)["amp"] == want
+        assert "train.amp=auto: this CPU" in (auto / "train.log").read_text()
+        got, ref = H.last_params(auto), H.last_params(twin)
+        assert all(torch.equal(got[k], ref[k]) for k in ref), want
 
 
 def _update(init: dict, final: dict) -> dict:

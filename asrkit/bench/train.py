@@ -396,6 +396,27 @@ def table(res: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+MINI = Path(__file__).resolve().parents[2] / "egs" / "mini" / "asr1"
+
+
+def _unprepared(args) -> Optional[str]:
+    """What to run first when the benchmark has no prepared recipe to read (None: ready). Without
+    ``--recipe`` (nor ``--tokens`` / ``--manifest-dir``) the mini recipe is used once prepared."""
+    if args.recipe is None and args.tokens is None and args.manifest_dir is None:
+        if (MINI / "data" / "tokens").is_dir() and (MINI / "data" / "manifests").is_dir():
+            args.recipe = MINI
+        else:
+            return (f"it measures training on a prepared recipe's data and none was given; prepare the mini "
+                    f"recipe first (stages 1-3, a few minutes): (cd {MINI} && ./run.sh --stop_stage 3), then rerun "
+                    f"this command (or name another prepared recipe with --recipe DIR)")
+    if args.recipe is not None:
+        missing = [d for d in ("conf/train.yaml", "data/manifests", "data/tokens") if not (args.recipe / d).exists()]
+        if missing:
+            return (f"{args.recipe} is not a prepared recipe (no {', '.join(missing)}); run its stages 1-3 first: "
+                    f"(cd {args.recipe} && ./run.sh --stop_stage 3)")
+    return None
+
+
 def main(argv: list[str]) -> int:
     from asrkit.schema import ConfigError
     from asrkit.utils import atomic_write
@@ -423,6 +444,10 @@ def main(argv: list[str]) -> int:
     p.add_argument("overrides", nargs="*", help="key=value config overrides (e.g. data.max_duration=120)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    problem = _unprepared(args)
+    if problem:
+        print(f"asrkit bench train: {problem}", file=sys.stderr)
+        return 2
     try:
         res = run(args)
     except (ConfigError, FileNotFoundError) as e:

@@ -23,7 +23,7 @@ from asrkit.config import dump_config, to_dict
 from asrkit.training import TrainingError
 from asrkit.training.distributed import DistributedError, all_gather_object, broadcast_object, check_same
 from asrkit.training.state import resume_problems, set_rng_state, thread_warning
-from asrkit.utils import atomic_write
+from asrkit.utils import atomic_write, cpu_model
 
 logger = logging.getLogger("asrkit.train")
 
@@ -144,7 +144,7 @@ class Checkpointer:
                 "fp16_overflow_steps": c["overflow_steps"], "bad_audio": c["bad_audio"],
                 "empty_batches": c["empty_batches"], "unequal_epochs": c["unequal_epochs"],
                 "dropped_utterances": t.drop_stats.counts, "outside_alphabet": t.alphabet,
-                "world_size": t.dist.world_size,
+                "world_size": t.dist.world_size, "amp": t.amp, "cpu": cpu_model(),
                 "threads": torch.get_num_threads(), "stopped_by": t.stop or "train.max_epochs reached"}
         with atomic_write(t.exp_dir / "train_info.json") as f:
             json.dump(info, f, indent=1)

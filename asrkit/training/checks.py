@@ -18,14 +18,14 @@ from asrkit.data.checks import validate_data_config
 from asrkit.decode.methods import validate_decode_config
 from asrkit.model import validate_model_config
 from asrkit.schema import ConfigError
-from asrkit.training.optim import AMP_DTYPES, validate_optim_config
+from asrkit.training.optim import AMP_MODES, validate_optim_config
 
 DEVICES = ("auto", "cpu", "cuda")  #: train.device values
 
 
 def validate_train_section(cfg: Config) -> None:
     t = cfg.train
-    for key, value, valid in (("train.amp", t.amp, AMP_DTYPES), ("train.device", t.device, DEVICES)):
+    for key, value, valid in (("train.amp", t.amp, AMP_MODES), ("train.device", t.device, DEVICES)):
         if value not in valid:
             raise ConfigError(f"config key {key!r}: invalid value {value!r}; valid: {', '.join(valid)}")
     if t.accum_grad < 1:

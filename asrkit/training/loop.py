@@ -32,7 +32,7 @@ from asrkit.training.checkpointing import Checkpointer
 from asrkit.training.distributed import ACTIVITY, DistInfo, all_reduce_sum, broadcast_object, check_same, digest, wrap_ddp
 from asrkit.training.inputs import alphabet_check, bad_audio_message, load_data, make_loader, n_utts, rng_untouched, stand_in_batch, to_device
 from asrkit.training.monitor import Monitor
-from asrkit.training.optim import AMP_DTYPES, make_optimizer, make_scheduler, update_ema
+from asrkit.training.optim import AMP_DTYPES, make_optimizer, make_scheduler, resolve_amp, update_ema
 from asrkit.training.signals import Interrupted, stop_signals_deferred
 from asrkit.training.state import fingerprints, rng_state, seed_all
 from asrkit.training.sync import StepVote, unequal_epoch
@@ -69,12 +69,14 @@ class Trainer:
         seed_all(stable_seed(self.seed, "rank", dist_info.rank))
         self.optimizer = make_optimizer(cfg, self.model.parameters())
         self.scheduler = make_scheduler(cfg, self.optimizer)
-        self.amp_dtype = AMP_DTYPES[cfg.train.amp]
-        if device.type == "cpu" and cfg.train.amp == "bf16" and cpu_has_native_bf16() is False:
+        self.amp, why = resolve_amp(cfg.train.amp, device)
+        logger.info("mixed precision: %s (%s)", self.amp if self.amp != "none" else "none (fp32)", why)
+        self.amp_dtype = AMP_DTYPES[self.amp]
+        if device.type == "cpu" and self.amp == "bf16" and cpu_has_native_bf16() is False:
             logger.warning("train.amp=bf16 on a CPU without native bf16 (no amx_bf16 / avx512_bf16 in "
                            "/proc/cpuinfo): PyTorch emulates it, several times slower than fp32; "
                            "train.amp=none is faster here")
-        self.scaler = torch.amp.GradScaler(device.type, enabled=cfg.train.amp == "fp16")
+        self.scaler = torch.amp.GradScaler(device.type, enabled=self.amp == "fp16")
         self.step, self.epoch, self.batch_in_epoch = 0, 1, 0  # optimizer steps; batches done in the epoch
         self.counters = {"bad_steps": 0, "overflow_steps": 0, "bad_audio": 0, "empty_batches": 0,
                          "unequal_epochs": 0, "audio_seconds": 0.0, "train_wall": 0.0}

@@ -26,8 +26,29 @@ def _adamw(o, params) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=o.lr, betas=tuple(o.betas), eps=o.eps, weight_decay=o.weight_decay)
 
 
-#: train.amp -> autocast dtype (fp16 also gets a gradient scaler)
+#: train.amp -> autocast dtype (fp16 also gets a gradient scaler); ``auto`` is resolved to one of
+#: these by :func:`resolve_amp` when training starts
 AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+AMP_MODES = (*AMP_DTYPES, "auto")  #: valid train.amp values
+
+
+def resolve_amp(amp: str, device: torch.device) -> tuple[str, str]:
+    """``train.amp`` as used on ``device`` and why: ``auto`` is bf16 where the hardware computes
+    bf16 natively (a CUDA GPU that supports it; a CPU with ``amx_bf16`` / ``avx512_bf16``, where
+    PyTorch's bf16 kernels beat fp32) and none (fp32) elsewhere, where bf16 is emulated and slower."""
+    from asrkit.utils import cpu_has_native_bf16
+
+    if amp != "auto":
+        return amp, "set in the config"
+    if device.type == "cuda":
+        if torch.cuda.is_bf16_supported():
+            return "bf16", "train.amp=auto: this CUDA device supports bf16"
+        return "none", "train.amp=auto: this CUDA device has no bf16"
+    native = cpu_has_native_bf16()
+    if native:
+        return "bf16", "train.amp=auto: this CPU computes bf16 natively (amx_bf16 / avx512_bf16)"
+    return "none", ("train.amp=auto: this CPU has no native bf16 (PyTorch would emulate it, slower than fp32)"
+                    if native is False else "train.amp=auto: cannot tell whether this CPU has native bf16")
 
 #: optim.name -> builder(optim_cfg, params)
 OPTIMIZERS: dict[str, Callable] = {"adagrad": _adagrad, "adam": _adam, "adamw": _adamw}

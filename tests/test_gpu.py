@@ -1,0 +1,104 @@
+"""CUDA paths (marker ``gpu``): run where ``torch.cuda.is_available()``, skipped elsewhere (this
+project's CI machines have no GPU; a session lent one runs ``pytest -m gpu``).
+
+* mixed precision on CUDA: a few training steps under bf16 and fp16 autocast (fp16 with its
+  gradient scaler) stay finite, and ``train.amp=auto`` resolves to what the device supports;
+* the tiny model's forward on CUDA equals its CPU forward (float32; tolerance of TF32-free math);
+* relpos on CUDA: the compiled kernel is CPU-only, so CUDA takes the PyTorch path, and gives the
+  CPU kernel's output;
+* an NCCL process group of one GPU: DDP wraps the model, a collective runs.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import helpers_train as H  # noqa: E402
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (gpu marker)")]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return H.build_corpus(tmp_path_factory.mktemp("gpu_corpus"))
+
+
+def _cfg(corpus, **kw):
+    from asrkit.training.checks import load_config
+
+    return load_config(H.TINY, H.overrides(corpus, **kw))
+
+
+@pytest.mark.parametrize("amp", ["bf16", "fp16", "auto"])
+def test_cuda_training_steps_under_autocast(corpus, tmp_path, amp):
+    exp = tmp_path / f"exp_{amp}"
+    r = H.run_subprocess(exp, H.overrides(corpus, train__device="cuda", train__amp=amp, train__max_steps=4),
+                         timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    info = json.loads((exp / "train_info.json").read_text())
+    assert info["steps"] == 4 and info["bad_steps"] == 0
+    if amp == "auto":
+        assert info["amp"] == ("bf16" if torch.cuda.is_bf16_supported() else "none")
+    else:
+        assert info["amp"] == amp
+
+
+@pytest.mark.parametrize("pos_enc", ["relpos", "alibi", "cpe", "rope"])
+def test_cuda_forward_equals_cpu(corpus, pos_enc):
+    from asrkit.model import build_model
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    cfg = _cfg(corpus, encoder__pos_enc=pos_enc)
+    torch.manual_seed(0)
+    model = build_model(cfg, 30).eval()
+    lens = torch.tensor([120, 97, 64])
+    feats = torch.randn(3, 120, cfg.features.n_mels) * (torch.arange(120)[None, :, None] < lens[:, None, None])
+    times = torch.arange(120).float()[None].expand(3, -1) * cfg.features.hop
+    with torch.no_grad():
+        want = model.encode(feats, lens, times).log_probs
+        got = model.to("cuda").encode(feats.cuda(), lens.cuda(), times.cuda()).log_probs
+    torch.testing.assert_close(got.float().cpu(), want.float(), rtol=1e-4, atol=1e-4)
+
+
+def test_ddp_nccl_on_one_gpu(corpus, tmp_path):
+    """A one-process NCCL group: DDP wraps the model on the GPU, and a step through it gives the
+    gradients of the unwrapped model (NCCL's all-reduce of one rank is the identity)."""
+    import copy
+    import socket
+
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from asrkit.model import build_model
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1,
+                            device_id=torch.device("cuda:0"))
+    try:
+        cfg = _cfg(corpus)
+        torch.manual_seed(0)
+        model = build_model(cfg, 30).cuda()
+        plain = copy.deepcopy(model)
+        ddp = DDP(model, device_ids=[0])
+        feats = torch.randn(2, 80, cfg.features.n_mels, device="cuda")
+        lens = torch.tensor([80, 61], device="cuda")
+        times = (torch.arange(80, device="cuda").float()[None].expand(2, -1) * cfg.features.hop)
+        ddp.module.encode(feats, lens, times).log_probs.sum().backward()  # grads through the module...
+        plain.encode(feats, lens, times).log_probs.sum().backward()
+        t = torch.ones(4, device="cuda")
+        dist.all_reduce(t)  # ...and a real NCCL collective
+        assert dist.get_backend() == "nccl" and torch.equal(t, torch.ones(4, device="cuda"))
+        for a, b in zip(model.parameters(), plain.parameters()):
+            if a.grad is not None:
+                torch.testing.assert_close(a.grad, b.grad)
+    finally:
+        dist.destroy_process_group()
