@@ -134,7 +134,7 @@ class TrainConfig:
     max_steps: int = 0  #: stop after this many optimizer steps (0 = no limit)
     max_minutes: float = 0.0  #: stop (cleanly, with a checkpoint) after this wall time (0 = no limit)
     accum_grad: int = 1
-    amp: str = "none"  #: none | bf16 | fp16
+    amp: str = "none"  #: none | bf16 | fp16 | auto (bf16 where the hardware computes it natively, else none)
     device: str = "auto"  #: auto | cpu | cuda
     threads: int = 0  #: torch intra-op threads on CPU (0 = torch default)
     log_interval: int = 50
@@ -146,6 +146,10 @@ class TrainConfig:
     ema_decay: float = 0.0
     max_bad_steps: int = 20  #: consecutive NaN/inf steps before training stops
     dist_timeout_s: float = 600.0
+    #: start from the weights of another run: its experiment dir (newest checkpoint; the moving
+    #: average of the weights where it kept one) or a checkpoint file. The model's shapes and the
+    #: tokenizer must be the same (checked). A run that resumes from its own checkpoint ignores it.
+    init_from: str = ""
 
 
 @dataclass

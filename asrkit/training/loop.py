@@ -31,6 +31,7 @@ from asrkit.training.bad_steps import BadSteps, nonfinite_utterances
 from asrkit.training.checkpointing import Checkpointer
 from asrkit.training.distributed import ACTIVITY, DistInfo, all_reduce_sum, broadcast_object, check_same, digest, wrap_ddp
 from asrkit.training.inputs import alphabet_check, bad_audio_message, load_data, make_loader, n_utts, rng_untouched, stand_in_batch, to_device
+from asrkit.training.init_from import init_weights
 from asrkit.training.monitor import Monitor
 from asrkit.training.optim import AMP_DTYPES, make_optimizer, make_scheduler, resolve_amp, update_ema
 from asrkit.training.signals import Interrupted, stop_signals_deferred
@@ -94,6 +95,8 @@ class Trainer:
     def train(self) -> None:
         cfg = self.cfg
         resumed = self.ckpt.resume()  # refuses if config/data/world size changed
+        if not resumed and cfg.train.init_from:  # every rank loads the same weights
+            init_weights(cfg.train.init_from, self.model, list(self.tokenizer.tokens), self.ema_model)
         self.ckpt.write_config()
         self.mark_boundary()
         if resumed:

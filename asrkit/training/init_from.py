@@ -1,0 +1,69 @@
+"""``train.init_from``: a new run starts from the weights of another (pretraining, fine-tuning).
+
+The source is an experiment dir (its newest checkpoint, the moving average of the weights where
+the run kept one, as decoding uses) or a checkpoint file. Its tokenizer must be this run's (the
+same tokens in the same order: the output layer's rows are tokens) and every parameter must have
+this model's shape; otherwise the run stops before any step, naming what differs. The optimizer,
+schedule and step count start afresh; only the weights are taken.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+
+from asrkit.model.loading import experiment_state
+from asrkit.training import TrainingError
+
+logger = logging.getLogger("asrkit.train")
+
+
+def _source(spec: str) -> dict:
+    p = Path(spec)
+    try:
+        if p.is_dir():
+            return experiment_state(p)
+        if p.is_file():
+            return experiment_state(p.parent.parent, checkpoint=str(p))
+    except FileNotFoundError as e:
+        raise TrainingError(f"train.init_from={spec}: {e}") from e
+    raise TrainingError(f"train.init_from={spec}: no such experiment dir or checkpoint file (give the exp dir of "
+                        "a trained run, e.g. ../mini/asr1/exp/train, or one of its checkpoints/*.pt)")
+
+
+def shape_problems(have: dict, want: dict) -> list[str]:
+    """What keeps the state dict ``have`` from loading into a model whose state dict is ``want``."""
+    problems = [f"{k}: {tuple(have[k].shape)} there, {tuple(v.shape)} here"
+                for k, v in want.items() if k in have and tuple(have[k].shape) != tuple(v.shape)]
+    missing = [k for k in want if k not in have]
+    extra = [k for k in have if k not in want]
+    if missing:
+        problems.append(f"{len(missing)} parameter(s) only here (e.g. {', '.join(missing[:3])})")
+    if extra:
+        problems.append(f"{len(extra)} parameter(s) only there (e.g. {', '.join(extra[:3])})")
+    return problems
+
+
+def init_weights(spec: str, model: torch.nn.Module, tokens: list[str], ema_model=None) -> str:
+    """Load the weights of ``spec`` into ``model`` (and ``ema_model``); returns what was loaded."""
+    st = _source(spec)
+    if list(st["vocab"]) != list(tokens):
+        raise TrainingError(
+            f"train.init_from={spec}: its tokenizer ({len(st['vocab'])} tokens) is not this run's "
+            f"({len(tokens)} tokens{'' if len(st['vocab']) != len(tokens) else ', in another order or with other tokens'}); "
+            f"train with the tokenizer it was trained with: tokens.path={st['config']['tokens']['path']}")
+    problems = shape_problems(st["model"], model.state_dict())
+    if problems:
+        shown = "; ".join(problems[:6]) + (f"; and {len(problems) - 6} more" if len(problems) > 6 else "")
+        raise TrainingError(f"train.init_from={spec}: its model does not have this model's shapes ({shown}); use "
+                            "this run's config with the encoder, frontend and decoder settings of the source "
+                            f"run (its config: {Path(st['info']['checkpoint']).parent.parent / 'config.yaml'})")
+    model.load_state_dict(st["model"])
+    if ema_model is not None:
+        ema_model.load_state_dict(st["model"])
+    info = st["info"]
+    what = (f"{info['checkpoint']} (step {info['step']}, "
+            f"{'the moving average of its weights' if info['ema'] else 'its weights'})")
+    logger.info("initialized from %s", what)
+    return what
