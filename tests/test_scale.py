@@ -108,3 +108,39 @@ def test_bench_corpus_is_librispeech_for_lhotse_and_the_report_is_written(tmp_pa
     assert "| 120 |" in md and "0.80x, 0.93x" in md
     scale.plot(res, tmp_path / "p.png")
     assert (tmp_path / "p.png").stat().st_size > 10000
+
+
+def test_stored_features_attach_to_the_index(tmp_path):
+    """data.features=stored with the compact index: the cuts of a batch come with the store's
+    features (absolute paths, readable), the same as FeatureStore.attach gives the cuts in memory;
+    a store that lacks a training utterance is refused, naming it."""
+    import helpers_train as H
+    from asrkit.data.feature_store import FeatureStore
+    from asrkit.data.manifests import load_cuts
+    from asrkit.tokenizer import load_tokenizer
+    from asrkit.training.checks import load_config
+    from asrkit.training.inputs import load_data
+
+    corpus = H.build_corpus(tmp_path / "c", n_train=12, n_dev=2)
+    ovr = H.overrides(corpus, dev=True, data__features="stored", data__fbank_dir=tmp_path / "fbank")
+    H.store_features(ovr)
+    cfg = load_config(H.TINY, ovr)
+    tok = load_tokenizer(cfg.tokens.path)
+    train, _, dev = load_data(cfg, tok)
+    assert cfg.data.features == "stored" and train.feature_prefix
+    store = FeatureStore.of(cfg.data.fbank_dir, cfg.features)
+    ref, why = store.attach(load_cuts(corpus["manifests"], "fx", "train"), "fx", "train")
+    got = train.get(range(len(train)))
+    assert [c.to_dict() for c in got] == [ref[c.id].to_dict() for c in got]
+    assert np.array_equal(got[3].load_features(), ref[got[3].id].load_features())
+    # the store lacks one training utterance: refused (data.features=stored), naming it
+    from lhotse import load_manifest
+
+    path = store.cuts_path("fx", "train")
+    full = load_manifest(path)
+    full.filter(lambda c: c.id != got[5].id).to_file(path)
+    cfg = load_config(H.TINY, ovr)
+    from asrkit.training import TrainingError
+
+    with pytest.raises(TrainingError, match=rf"out of date: utterance '{got[5].id}' is missing there"):
+        load_data(cfg, tok)

@@ -99,7 +99,7 @@ def w_prepare(spec: dict) -> dict:
     from asrkit.data.librispeech import prepare
 
     t0 = time.perf_counter()
-    prepare(spec["corpus"], spec["manifests"], ["train-960"], num_jobs=spec.get("jobs", 2))
+    prepare(spec["corpus"], spec["manifests"], spec.get("parts", ["train-960"]), num_jobs=spec.get("jobs", 2))
     return {"wall_s": time.perf_counter() - t0, "peak_rss_mb": _peak_mb()}
 
 
@@ -237,46 +237,62 @@ def _run(fn: str, spec: dict, timeout: float = 3600) -> dict:
 
 
 # ------------------------------------------------------------------------------------ driver
-def measure(work: Path, n: int, args) -> dict:
+STAGES = ("prepare", "check", "fbank", "startup", "resume")
+
+
+def measure(work: Path, n: int, args, row: dict) -> dict:
+    """Run the ``args.stages`` of size ``n`` (each measurement in a fresh process), updating ``row``.
+    Stages can be run one invocation at a time (``--stages``; ``--part`` prepares one training part):
+    the results accumulate in OUT.json."""
     root = work / f"n{n}"
     libri = make_corpus(root / "corpus", n)
     man = root / "manifests"
-    row: dict = {"n": n}
-    if args.prepare or not (man / "librispeech_cuts_train-other-500.jsonl.gz").is_file():
-        shutil.rmtree(man, ignore_errors=True)
-        row["prepare"] = _run("w_prepare", {"corpus": str(libri.parent), "manifests": str(man)})
+    row["n"] = n
+    stages = args.stages
+    if "prepare" in stages:
+        parts = [args.part] if args.part else list(PARTS)
+        for part in parts:
+            for kind in ("recordings", "supervisions", "cuts"):
+                (man / f"librispeech_{kind}_{part}.jsonl.gz").unlink(missing_ok=True)
+            row.setdefault("prepare_parts", {})[part] = _run("w_prepare", {"corpus": str(libri.parent), "manifests": str(man),
+                                                                          "parts": [part]})
+        pp = row["prepare_parts"]
+        if all(p in pp for p in PARTS):
+            row["prepare"] = {"wall_s": sum(pp[p]["wall_s"] for p in PARTS),
+                              "peak_rss_mb": max(pp[p]["peak_rss_mb"] for p in PARTS), "by_part": True}
     base = {"manifests": str(man)}
-    if n <= args.check_full:
-        row["check"] = _run("w_check", dict(base))
-        row["check"]["extrapolated"] = False
-    else:
-        c = _run("w_check", dict(base, limit=args.sample))
-        row["check"] = {"wall_s": c["wall_s"] * n / args.sample, "peak_rss_mb": c["peak_rss_mb"],
-                        "extrapolated": True, "sample": args.sample, "sample_wall_s": c["wall_s"]}
-    if args.fbank_sample:
+    if "check" in stages:
+        if n <= args.check_full:
+            row["check"] = dict(_run("w_check", dict(base)), extrapolated=False)
+        else:
+            c = _run("w_check", dict(base, limit=args.sample))
+            row["check"] = {"wall_s": c["wall_s"] * n / args.sample, "peak_rss_mb": c["peak_rss_mb"],
+                            "extrapolated": True, "sample": args.sample, "sample_wall_s": c["wall_s"]}
+    if "fbank" in stages and args.fbank_sample:
         f = _run("w_fbank", dict(base, limit=args.fbank_sample, fbank_dir=str(root / "fbank")))
         shutil.rmtree(root / "fbank", ignore_errors=True)
         row["fbank"] = {"wall_s": f["wall_s"] * n / f["n"], "extrapolated": True, "sample": f["n"],
                         "sample_wall_s": f["wall_s"], "peak_rss_mb_sample": f["peak_rss_mb"],
-                        "disk_gb": f["bytes"] * n / f["n"] / 1e9}
-    # sampler start-up, paired: lhotse, asrkit cold (no index cache), asrkit warm, per kind
-    for rnd in range(args.rounds):
-        shutil.rmtree(man / ".index", ignore_errors=True)
-        lh = _run("w_lhotse", dict(base))
-        row.setdefault("lhotse", []).append(lh)
-        for kind in ("bucketing", "padfree"):
+                        "disk_gb": f["bytes"] * n / f["n"] / 1e9, "audio_h": f["audio_s"] * n / f["n"] / 3600}
+    if "startup" in stages:  # paired: Lhotse, asrkit cold (no index cache), asrkit warm, per kind
+        for key in ("lhotse", "bucketing_cold", "bucketing_warm", "padfree_cold", "padfree_warm"):
+            row[key] = []
+        for _ in range(args.rounds):
             shutil.rmtree(man / ".index", ignore_errors=True)
-            row.setdefault(f"{kind}_cold", []).append(_run("w_asrkit", dict(base, kind=kind)))
-            row.setdefault(f"{kind}_warm", []).append(_run("w_asrkit", dict(base, kind=kind)))
-    # checkpoint half-way through the epoch, and resume from it
-    half = max(1, row["bucketing_warm"][0]["batches"] // 2)
-    state = root / "lhotse_state.pkl"
-    row["lhotse_ckpt"] = _run("w_lhotse", dict(base, checkpoint=half, state_out=str(state)))
-    row["lhotse_resume"] = _run("w_lhotse", dict(base, resume_state=str(state)))
-    for kind in ("bucketing", "padfree"):
-        row[f"{kind}_ckpt"] = _run("w_asrkit", dict(base, kind=kind, checkpoint=half))
-        row[f"{kind}_resume"] = _run("w_asrkit", dict(base, kind=kind, resume=half))
-    row["resume_at_batch"] = half
+            row["lhotse"].append(_run("w_lhotse", dict(base)))
+            for kind in ("bucketing", "padfree"):
+                shutil.rmtree(man / ".index", ignore_errors=True)
+                row[f"{kind}_cold"].append(_run("w_asrkit", dict(base, kind=kind)))
+                row[f"{kind}_warm"].append(_run("w_asrkit", dict(base, kind=kind)))
+    if "resume" in stages:  # a checkpoint half-way through the epoch, and a resume from it
+        half = max(1, row["bucketing_warm"][0]["batches"] // 2)
+        state = root / "lhotse_state.pkl"
+        row["lhotse_ckpt"] = _run("w_lhotse", dict(base, checkpoint=half, state_out=str(state)))
+        row["lhotse_resume"] = _run("w_lhotse", dict(base, resume_state=str(state)))
+        for kind in ("bucketing", "padfree"):
+            row[f"{kind}_ckpt"] = _run("w_asrkit", dict(base, kind=kind, checkpoint=half))
+            row[f"{kind}_resume"] = _run("w_asrkit", dict(base, kind=kind, resume=half))
+        row["resume_at_batch"] = half
     return row
 
 
@@ -332,9 +348,10 @@ def plot(res: dict, path: Path) -> None:
         b.plot(n, [_med(x, "peak_rss_mb") for x in v], "o-", label=label)
     a.plot(n, [r["lhotse_resume"]["wall_s"] for r in rows], "s--", label="Lhotse resume at half-epoch")
     a.plot(n, [r["bucketing_resume"]["wall_s"] for r in rows], "s--", label="asrkit bucketing resume at half-epoch")
-    if rows[0].get("prepare"):
-        a.plot(n, [r["prepare"]["wall_s"] for r in rows if r.get("prepare")], "^:", label="stage 1 prepare")
-        b.plot(n, [r["prepare"]["peak_rss_mb"] for r in rows if r.get("prepare")], "^:", label="stage 1 prepare")
+    prep = [r for r in rows if r.get("prepare")]
+    if prep:
+        a.plot([r["n"] for r in prep], [r["prepare"]["wall_s"] for r in prep], "^:", label="stage 1 prepare")
+        b.plot([r["n"] for r in prep], [r["prepare"]["peak_rss_mb"] for r in prep], "^:", label="stage 1 prepare")
     a.plot(n, [r["check"]["wall_s"] for r in rows], "v:", label="stage 2 audio check (* extrapolated)")
     b.plot(n, [r["check"]["peak_rss_mb"] for r in rows], "v:", label="stage 2 audio check")
     for ax, yl in ((a, "seconds (start-up to the first batch)"), (b, "peak RSS per process (MB)")):
@@ -370,17 +387,30 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--check-full", type=int, default=30000, help="audio check whole up to this many utterances")
     p.add_argument("--sample", type=int, default=3000, help="audio check sample beyond --check-full")
     p.add_argument("--fbank-sample", type=int, default=300, help="feature storage sample (0 = skip)")
-    p.add_argument("--prepare", action="store_true", help="rerun stage 1 even if its manifests exist")
+    p.add_argument("--stages", default=",".join(STAGES), help="which measurements (default: all): " + ",".join(STAGES))
+    p.add_argument("--part", default="", help="with --stages prepare: prepare this training part only")
+    p.add_argument("--report", action="store_true", help="only write OUT.md and OUT.png from OUT.json")
     args = p.parse_args(argv)
+    args.stages = [s for s in args.stages.split(",") if s]
     cpu = next((ln.split(":", 1)[1].strip() for ln in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
                 if ln.startswith("Model name")), platform.processor())
-    res = {"cpu": cpu, "cores": os.cpu_count(), "max_duration": MAX_DURATION, "rows": []}
-    for n in [int(x) for x in args.sizes.split(",")]:
-        print(f"== {n} utterances", file=sys.stderr, flush=True)
-        res["rows"].append(measure(args.work, n, args))
-        args.out.with_suffix(".json").write_text(json.dumps(res, indent=1))
+    out = args.out.with_suffix(".json")
+    res = json.loads(out.read_text()) if out.is_file() else {"cpu": cpu, "cores": os.cpu_count(),
+                                                             "max_duration": MAX_DURATION, "rows": []}
+    rows = {r["n"]: r for r in res["rows"]}
+    for n in [] if args.report else [int(x) for x in args.sizes.split(",")]:
+        print(f"== {n} utterances: {', '.join(args.stages)}", file=sys.stderr, flush=True)
+        rows[n] = measure(args.work, n, args, rows.get(n, {}))
+        res["rows"] = [rows[k] for k in sorted(rows)]
+        out.write_text(json.dumps(res, indent=1))
+    done = [r for r in res["rows"] if all(k in r for k in ("check", "lhotse", "bucketing_warm", "lhotse_resume"))]
+    if len(done) < len(res["rows"]):
+        print(f"(report: {len(done)} of {len(res['rows'])} sizes have every stage measured)", file=sys.stderr)
+    res = dict(res, rows=done)
+    if not done:
+        return 0
     res["growth"] = {k: growth(res, k) for k in ("lhotse", "bucketing_cold", "bucketing_warm", "padfree_cold", "padfree_warm")}
-    args.out.with_suffix(".json").write_text(json.dumps(res, indent=1))
+    args.out.with_suffix(".growth.json").write_text(json.dumps(res["growth"], indent=1))
     args.out.with_suffix(".md").write_text(table(res) + "\n")
     plot(res, args.out.with_suffix(".png"))
     print(table(res))

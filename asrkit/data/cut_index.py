@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 #: manifest lines per compressed block (a cut costs one block's decompression, ~10 us)
 BLOCK = 32
 #: version of the cached index files (bump when their content or the filter rules change)
-INDEX_VERSION = 2
+INDEX_VERSION = 3
 
 
 def _num_frames_vec(num_samples: np.ndarray, sample_rate: np.ndarray, hop: float) -> np.ndarray:
@@ -125,6 +125,9 @@ class CutIndex(CutTable):
         self.blocks, self.ids = blocks, ids
         #: which of the manifests read each cut came from (their index in the list given to :meth:`build`)
         self.sources = sources if sources is not None else np.zeros(len(ids), dtype=np.int32)
+        self.starts = np.zeros(len(ids))  #: start of each cut in its recording (seconds)
+        #: stored features' paths are relative to this directory (:func:`attach_stored`)
+        self.feature_prefix: Optional[str] = None
         self.data_fingerprints, self.alphabet, self.drop_stats = fingerprints, alphabet, drop_stats
         self._cache: dict[int, list] = {}
 
@@ -142,7 +145,13 @@ class CutIndex(CutTable):
     def get(self, indices) -> list:
         from lhotse.serialization import deserialize_item
 
-        return [deserialize_item(json.loads(self._lines(int(i) // BLOCK)[int(i) % BLOCK])) for i in indices]
+        cuts = [deserialize_item(json.loads(self._lines(int(i) // BLOCK)[int(i) % BLOCK])) for i in indices]
+        if self.feature_prefix:
+            from lhotse.utils import fastcopy
+
+            cuts = [fastcopy(c, features=c.features.with_path_prefix(self.feature_prefix)) if c.has_features else c
+                    for c in cuts]
+        return cuts
 
     def id_texts(self):
         """``(id, transcript)`` of every cut, in order (the transcript as the dataset joins it)."""
@@ -168,7 +177,7 @@ class CutIndex(CutTable):
         stats = DropStats()
         alphabet = AlphabetReport(fold=fold)
         blocks, cur = [], []
-        ids, durs, nss, srs, src = [], array("d"), array("q"), array("i"), array("i")
+        ids, durs, nss, srs, src, starts = [], array("d"), array("q"), array("i"), array("i"), array("d")
         texts, text_offsets = bytearray(), array("q", [0])
         bar = tqdm(desc=f"index {desc}", unit="utt", dynamic_ncols=True, mininterval=2.0, disable=None)
         for k, path in enumerate(paths):
@@ -200,6 +209,7 @@ class CutIndex(CutTable):
                     nss.append(ns)
                     srs.append(sr)
                     src.append(k)
+                    starts.append(float(d.get("start", 0.0)))
                     texts += f"{cid}\t{text}\n".encode()
                     text_offsets.append(len(texts))
                     cur.append(raw)
@@ -223,9 +233,11 @@ class CutIndex(CutTable):
         mv.release()
         del texts
         prints = {"data_fingerprint": hd.hexdigest()[:16], "text_fingerprint": ht.hexdigest()[:16]}
-        return cls(blocks, id_arr, durations, np.frombuffer(nss, dtype=np.int64).copy(),
-                   np.frombuffer(srs, dtype=np.int32).copy(), prints, alphabet, stats,
-                   np.frombuffer(src, dtype=np.int32).copy())
+        index = cls(blocks, id_arr, durations, np.frombuffer(nss, dtype=np.int64).copy(),
+                    np.frombuffer(srs, dtype=np.int32).copy(), prints, alphabet, stats,
+                    np.frombuffer(src, dtype=np.int32).copy())
+        index.starts = np.frombuffer(starts, dtype=np.float64).copy()
+        return index
 
     # ------------------------------------------------------------------------ cache
     def save(self, path: Path) -> None:
@@ -347,3 +359,40 @@ def _report(index: CutIndex, where: str) -> CutIndex:
     if st.counts:
         logger.warning("%s: dropped %d utterances: %s", where, sum(st.counts.values()), st)
     return index
+
+
+def attach_stored(index: CutIndex, store, corpus: str, parts, tokenizer, features, frontend_stride: int,
+                  min_duration: float = 0.0, max_duration: float = float("inf")):
+    """:meth:`asrkit.data.feature_store.FeatureStore.attach` for a :class:`CutIndex`: ``(an index of
+    the same cuts with their stored features, "")`` or ``(None, why not)``. The store's cuts
+    manifests (the same cuts, with features) are indexed with the same filter (and cached in the
+    store); they must hold exactly the training utterances, with the same starts and durations."""
+    parts = [parts] if isinstance(parts, str) else list(parts)
+    missing = [p for p in parts if not store.cuts_path(corpus, p).is_file()]
+    if missing:
+        return None, f"no stored features of {', '.join(f'{corpus}/{p}' for p in missing)} in {store.dir}"
+    problem = store._stamp_problem()
+    if problem:
+        return None, problem
+    stored = load_train_index(None, corpus, parts, tokenizer, features, frontend_stride, min_duration, max_duration,
+                              paths=[store.cuts_path(corpus, p) for p in parts], cache_dir=store.dir)
+    stored.feature_prefix = str(store.dir)
+    where = f"the stored features of {corpus}/{'+'.join(parts)} in {store.dir} are out of date: utterance"
+    if len(stored) == len(index) and np.array_equal(stored.ids, index.ids):
+        pos = None  # the usual case: the same cuts in the same order
+    else:  # the store may hold more utterances than the training manifests now do
+        order = np.argsort(stored.ids, kind="stable")
+        k = np.minimum(np.searchsorted(stored.ids[order], index.ids), len(order) - 1)
+        found = stored.ids[order][k] == index.ids
+        if not found.all():
+            return None, f"{where} {index.id(int(np.argmin(found)))!r} is missing there"
+        pos = order[k]
+    sd, ss = (stored.durations, stored.starts) if pos is None else (stored.durations[pos], stored.starts[pos])
+    bad = np.flatnonzero((np.abs(sd - index.durations) > 1e-6) | (np.abs(ss - index.starts) > 1e-6))
+    if bad.size:
+        return None, f"{where} {index.id(int(bad[0]))!r} is different there"
+    if pos is None:
+        return stored, ""
+    view = stored.take(pos)
+    view.data_fingerprints, view.alphabet, view.drop_stats = index.data_fingerprints, index.alphabet, index.drop_stats
+    return view, ""
