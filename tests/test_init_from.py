@@ -2,7 +2,6 @@
 corpus, fine-tuning on real speech); shapes and tokenizer are checked with a clear error."""
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
