@@ -8,7 +8,7 @@ saved as ``config.yaml`` in the experiment dir, so a run is reproducible from th
 
     cfg = load_config("conf/ctc_small.yaml", ["encoder.pos_enc=cape", "optim.lr=0.5"])
 
-Sections: ``features``, ``specaug``, ``tokens``, ``frontend``, ``encoder``, ``decoder``, ``data``,
+Sections: ``features``, ``specaug``, ``augment``, ``tokens``, ``frontend``, ``encoder``, ``decoder``, ``data``,
 ``optim``, ``train``, ``decode``. ``encoder.pos_enc`` picks the positional encoding and
 ``encoder.pos`` holds that encoding's own options (validated against it).
 """
@@ -47,6 +47,27 @@ class SpecAugConfig:
     time_masks: int = 10
     time_width: int = 50  #: max frames per time mask
     time_ratio: float = 0.1  #: max fraction of the utterance covered by one time mask
+
+
+@dataclass
+class AugmentConfig:
+    """Training-time audio augmentation (asrkit.data.augment); all off by default."""
+
+    speed: list = field(default_factory=list)  #: speed perturbation factors besides 1.0, e.g. [0.9, 1.1]
+    volume: list = field(default_factory=list)  #: [low, high] gain (log-uniform); [] = off
+    noise_prob: float = 0.0  #: probability of additive generated noise
+    noise_snr: list = field(default_factory=lambda: [10.0, 30.0])  #: SNR range in dB
+    reverb_prob: float = 0.0  #: probability of a simulated room impulse response
+    reverb_t60: list = field(default_factory=lambda: [0.2, 0.8])  #: T60 range in seconds
+
+    @property
+    def waveform(self) -> bool:
+        """Whether an augmentation needs the audio itself (the fbank is then computed on the fly)."""
+        return bool(self.volume) or self.noise_prob > 0 or self.reverb_prob > 0
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.speed) or self.waveform
 
 
 @dataclass
@@ -98,7 +119,7 @@ class DataConfig:
     corpus: str = "mini"
     train_sets: list = field(default_factory=lambda: ["train"])
     dev_set: str = "dev"
-    sampler: str = "bucketing"  #: bucketing (Lhotse DynamicBucketingSampler) | padfree
+    sampler: str = "bucketing"  #: bucketing (duration buckets, asrkit.data.batching) | padfree
     max_duration: float = 240.0  #: seconds of audio per batch (per rank)
     num_buckets: int = 30
     num_workers: int = 1
@@ -112,6 +133,9 @@ class DataConfig:
     #: A run saves what it used (stored | on_the_fly) in its config.yaml.
     features: str = "auto"
     fbank_dir: str = "data/fbank"  #: stored features (asrkit.data.feature_store)
+    #: train from Lhotse Shar shards written by stage 2 (``asrkit cuts --shar-dir``) under this dir,
+    #: each rank reading its own shards sequentially (asrkit.data.shar); "" = from the manifests
+    shar_dir: str = ""
 
 
 @dataclass
@@ -146,6 +170,9 @@ class TrainConfig:
     ema_decay: float = 0.0
     max_bad_steps: int = 20  #: consecutive NaN/inf steps before training stops
     dist_timeout_s: float = 600.0
+    #: a resume with another number of processes is allowed: the rest of the epoch is dealt out to
+    #: the new ranks (no utterance skipped or repeated; the global batch changes with the world size)
+    elastic: bool = False
     #: start from the weights of another run: its experiment dir (newest checkpoint; the moving
     #: average of the weights where it kept one) or a checkpoint file. The model's shapes and the
     #: tokenizer must be the same (checked). A run that resumes from its own checkpoint ignores it.
@@ -171,6 +198,7 @@ class DecodeConfig:
 class Config:
     features: FeatureConfig = field(default_factory=FeatureConfig)
     specaug: SpecAugConfig = field(default_factory=SpecAugConfig)
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
     tokens: TokenConfig = field(default_factory=TokenConfig)
     frontend: FrontendConfig = field(default_factory=FrontendConfig)
     encoder: EncoderConfig = field(default_factory=EncoderConfig)
@@ -188,13 +216,18 @@ RETIRED_KEYS: dict[str, Any] = {
 }
 
 
+#: what to write instead of a retired key that held a value
+RETIRED_HINTS = {"data.speed_perturb": "speed perturbation is augment.speed, e.g. augment.speed=[0.9,1.1]"}
+
+
 def _drop_retired(data: dict, where: str) -> dict:
     for dotted, inert in RETIRED_KEYS.items():
         sec, key = dotted.split(".")
         section = data.get(sec)
         if isinstance(section, dict) and key in section:
             if section[key] != inert:
-                raise ConfigError(f"{where}: config key {dotted!r} was removed (it was never implemented); remove it")
+                raise ConfigError(f"{where}: config key {dotted!r} was removed (it was never implemented); "
+                                  + RETIRED_HINTS.get(dotted, "remove it"))
             data = {**data, sec: {k: v for k, v in section.items() if k != key}}
     return data
 

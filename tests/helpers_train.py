@@ -138,7 +138,7 @@ def store_features(ovr: list[str]) -> None:
     kv = dict(o.split("=", 1) for o in ovr)
     parts = ["train"] + ([kv["data.dev_set"]] if kv.get("data.dev_set") else [])
     rc = cuts.main(["--corpus", kv["data.corpus"], "--manifest-dir", kv["data.manifest_dir"], "--parts", *parts,
-                    "--fbank-parts", *parts, "--fbank-dir", kv["data.fbank_dir"], "--num-jobs", "1",
+                    "--fbank-parts", *parts, "--speed-parts", "train", "--fbank-dir", kv["data.fbank_dir"], "--num-jobs", "1",
                     "--train-config", str(TINY), "--train-args", " ".join(ovr)])
     assert rc == 0
 

@@ -30,12 +30,22 @@ def _log(exp) -> str:
     return (exp / "train.log").read_text()
 
 
-@pytest.mark.parametrize("features", ["stored", "on_the_fly"])
-def test_kill9_then_rerun_equals_uninterrupted_run(corpus, tmp_path, features):
-    """With the fbank stored by stage 2 (read by the loader worker) or computed on the fly."""
+AUGMENT = {"augment.speed": "[0.9,1.1]", "augment.volume": "[0.5,2.0]", "augment.noise_prob": 0.5,
+           "augment.reverb_prob": 0.5}
+
+
+@pytest.mark.parametrize("features,augment", [("stored", ""), ("on_the_fly", ""), ("stored", "speed"),
+                                              ("on_the_fly", "all")])
+def test_kill9_then_rerun_equals_uninterrupted_run(corpus, tmp_path, features, augment):
+    """With the fbank stored by stage 2 (read by the loader worker) or computed on the fly; with
+    speed perturbation from stored copies, and with every augmentation on the fly."""
     kw = dict(encoder__n_layers=3, encoder__layer_drop=0.3, encoder__dropout=0.1, frontend__dropout=0.1,
               data__num_workers=1, train__max_epochs=3, train__ckpt_every_steps=2, train__ema_decay=0.9,
               data__features=features, data__fbank_dir=tmp_path / "fbank")
+    if augment == "speed":
+        kw["augment__speed"] = AUGMENT["augment.speed"]
+    elif augment == "all":
+        kw.update({k.replace(".", "__"): v for k, v in AUGMENT.items()})
     ovr = H.overrides(corpus, dev=True, **kw)
     if features == "stored":
         H.store_features(ovr)
@@ -74,6 +84,8 @@ def test_kill9_then_rerun_equals_uninterrupted_run(corpus, tmp_path, features):
     a, b = H.info(exp), H.info(ref)
     assert a["steps"] == b["steps"] and a["epochs_completed"] == 3
     assert f"features: {features}" in (exp / "config.yaml").read_text()
+    if augment == "speed":  # the copies' fbank came from the store
+        assert "and of their speed-perturbed copies [0.9, 1.1]" in _log(exp)
     # the per-epoch dev WERs recorded for averaging agree too
     wer = lambda e: {n: v.get("dev_wer") for n, v in read_index(e).items() if n.startswith("epoch-")}  # noqa: E731
     assert wer(exp) == wer(ref)

@@ -82,9 +82,10 @@ def check_audio(cuts, num_jobs: int = 2, desc: str = "", chunk: int = 128) -> di
 
 
 def _feature_store(args):
-    """The store of the training config's features, or None (nothing to store)."""
+    """(the store of the training config's features, or None: nothing to store; the speed
+    perturbation factors whose copies of the training parts are stored too)."""
     if not args.fbank_parts:
-        return None
+        return None, []
     from asrkit.config import load_config
     from asrkit.data.checks import validate_data_config
     from asrkit.data.feature_store import FeatureStore
@@ -97,8 +98,30 @@ def _feature_store(args):
     if cfg.data.sampler == "padfree" or cfg.data.features == "on_the_fly":
         print(f"asrkit cuts: data.sampler={cfg.data.sampler}, data.features={cfg.data.features}: "
               "the fbank is computed on the fly, nothing to store")
-        return None
-    return FeatureStore.of(args.fbank_dir, cfg.features)
+        return None, []
+    a = cfg.augment
+    if a.volume or a.noise_prob > 0 or a.reverb_prob > 0:
+        print("asrkit cuts: augment.volume / noise_prob / reverb_prob: training computes the fbank on the fly, "
+              "nothing to store")
+        return None, []
+    return FeatureStore.of(args.fbank_dir, cfg.features), [float(f) for f in a.speed]
+
+
+def _store_speed_copies(store, cuts, corpus: str, part: str, factors: list, num_jobs: int) -> None:
+    """Store the fbank of the speed-perturbed copies of ``part`` as parts ``<part>_sp<factor>``
+    (as icefall stores sp0.9 / sp1.1), which training with ``augment.speed`` reads."""
+    from asrkit.data.augment import speed_part
+
+    for f in factors:
+        sp = speed_part(part, f)
+        copies = [(c.drop_features() if c.has_features else c).perturb_speed(f) for c in cuts]
+        if store.is_complete(copies, corpus, sp):
+            print(f"{corpus}/{sp}: fbank stored before: {store.cuts_path(corpus, sp)}")
+            continue
+        feats, bad = store.compute(copies, corpus, sp, num_jobs)
+        if bad:  # their originals were readable: a resampling failure
+            raise RuntimeError(f"{corpus}/{sp}: {len(bad)} speed-perturbed copies failed: {next(iter(bad.items()))}")
+        print(f"{corpus}/{sp}: fbank stored: {store.save(copies, feats, corpus, sp)}")
 
 
 def _count_lines(path: Path) -> int:
@@ -123,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--longform", nargs="*", default=[], help="parts to cut into long-form windows")
     p.add_argument("--windows", default="10,15,20,25,30,35,40,45", help="long-form window sizes (s)")
     p.add_argument("--fbank-parts", nargs="*", default=[], help="parts whose fbank is computed and stored")
+    p.add_argument("--speed-parts", nargs="*", default=[], help="of the --fbank-parts, the training parts whose "
+                   "speed-perturbed copies are stored too when the training config has augment.speed")
     p.add_argument("--fbank-dir", type=Path, default=Path("data/fbank"), help="where (default: %(default)s)")
     p.add_argument("--train-config", type=Path, default=None, help="training config whose features are stored")
     p.add_argument("--train-args", default="", help="its key=value overrides (one string, as the recipe's --train_args)")
@@ -140,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"asrkit cuts: --shar-parts {' '.join(missing)}: not among --parts {' '.join(args.parts)}", file=sys.stderr)
         return 2
     try:
-        store = _feature_store(args)
+        store, speeds = _feature_store(args)
     except ConfigError as e:
         print(f"asrkit cuts: {e}", file=sys.stderr)
         return 2
@@ -181,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{args.corpus}/{part}: fbank stored: {store.save(cuts, feats, args.corpus, part)}")
         elif store is not None and part in args.fbank_parts:
             print(f"{args.corpus}/{part}: fbank stored before: {store.cuts_path(args.corpus, part)}")
+        if store is not None and part in args.fbank_parts and part in args.speed_parts:
+            _store_speed_copies(store, cuts, args.corpus, part, speeds, args.num_jobs)
         if args.shar_dir is not None and part in args.shar_parts:
             from asrkit.data.shar import write_part as write_shar
 

@@ -12,11 +12,14 @@ import logging
 from dataclasses import dataclass
 from typing import Optional
 
+import numpy as np
 import torch
+from lhotse.utils import fastcopy
 from torch import Tensor
 
 from asrkit.data.audio import AudioError, load_cut_audio
-from asrkit.data.feature_store import stored_fbank
+from asrkit.data.augment import augment_waveform, choose_speed
+from asrkit.data.feature_store import SPEED_FEATS, stored_fbank
 from asrkit.data.features import cmvn, fbank, num_frames, spec_augment
 from asrkit.data.manifests import DropStats
 
@@ -42,10 +45,14 @@ class Utterance:
 class AsrDataset(torch.utils.data.Dataset):
     """Map-style dataset over *batches*: ``dataset[cuts]`` returns one collated batch (Lhotse style)."""
 
-    def __init__(self, tokenizer, features, specaug=None, on_bad_audio: str = "raise", seed: int = 0):
+    def __init__(self, tokenizer, features, specaug=None, on_bad_audio: str = "raise", seed: int = 0,
+                 augment=None, frontend_stride: int = 1):
         self.tokenizer = tokenizer
         self.features = features
         self.specaug = specaug if (specaug is not None and specaug.enabled) else None
+        #: training-time audio augmentation (asrkit.data.augment), None at evaluation
+        self.augment = augment if (augment is not None and augment.enabled) else None
+        self.frontend_stride = frontend_stride
         self.on_bad_audio = on_bad_audio
         self.seed = seed
         self.epoch = 0
@@ -58,11 +65,14 @@ class AsrDataset(torch.utils.data.Dataset):
         fbank is the cut's stored one when it has asrkit's at this hop (:mod:`.feature_store`)."""
         fc = self.features
         hop = fc.hop if hop is None else hop
-        feats = stored_fbank(cut, fc, hop)
+        feats = stored_fbank(cut, fc, hop) if self.augment is None or not self.augment.waveform else None
         if feats is None:
             samples = load_cut_audio(cut)
             if cut.sampling_rate != fc.sample_rate:
                 raise AudioError(f"utterance {cut.id!r}: sampling rate {cut.sampling_rate} != features.sample_rate {fc.sample_rate}")
+            if self.augment is not None and self.augment.waveform:
+                rng = np.random.default_rng(stable_seed(self.seed, self.epoch, cut.id, "waveform"))
+                samples = augment_waveform(samples, fc.sample_rate, self.augment, rng)
             feats = fbank(samples, fc.sample_rate, hop, fc.win, fc.n_mels, fc.dither)
         if fc.cmvn:
             feats = cmvn(feats)
@@ -78,11 +88,36 @@ class AsrDataset(torch.utils.data.Dataset):
         feats, times = self.featurize(cut, hop)
         return Utterance(cut.id, feats, times, self.tokenizer.encode(text), text, cut.duration)
 
+    def speed_view(self, cut):
+        """``cut`` at this epoch's speed factor (:func:`asrkit.data.augment.choose_speed`; the cut
+        itself without ``augment.speed``): its copy ``<id>_sp<factor>`` (Lhotse's, whose audio is
+        resampled when loaded), with the copy's stored fbank when stage 2 stored it."""
+        if self.augment is None or not self.augment.speed:
+            return cut
+        factor = choose_speed(self.augment, np.random.default_rng(stable_seed(self.seed, self.epoch, cut.id, "speed")))
+        if factor == 1.0:
+            return cut
+        copy = (cut.drop_features() if cut.has_features else cut).perturb_speed(factor)
+        stored = (cut.custom or {}).get(SPEED_FEATS)
+        if stored:  # stage 2 stored this copy's fbank (data.features=stored)
+            copy = fastcopy(copy, features=stored[factor])
+        return copy
+
+    def perturbed(self, cut):
+        """:meth:`speed_view`, unless a faster copy has fewer encoder frames than CTC needs for the
+        transcript (then the cut itself: the padded pipeline has no per-batch filter)."""
+        copy = self.speed_view(cut)
+        if copy is cut or copy.duration >= cut.duration:
+            return copy
+        tokens = self.tokenizer.encode(" ".join(s.text for s in cut.supervisions if s.text))
+        frames = -(-num_frames(copy.num_samples, copy.sampling_rate, self.features.hop) // self.frontend_stride)
+        return copy if frames >= ctc_min_frames(tokens) else cut
+
     def __getitem__(self, cuts) -> dict:
         utts, bad = [], 0
         for cut in cuts:
             try:
-                utts.append(self.utterance(cut))
+                utts.append(self.utterance(self.perturbed(cut)))
             except AudioError as e:
                 if self.on_bad_audio != "skip":
                     raise

@@ -46,6 +46,8 @@ TICK_POWER = -5
 #: the largest difference between a stored value and the computed one
 PRECISION = 2.0 ** (TICK_POWER - 1)
 STORE_VERSION = 1
+#: key of a cut's ``custom`` holding the stored features of its speed-perturbed copies
+SPEED_FEATS = "asrkit_speed_features"
 
 
 @dataclass
@@ -241,6 +243,29 @@ class FeatureStore:
                 return None, (f"the stored features of {corpus}/{'+'.join(parts)} in {self.dir} are out of date: "
                               f"utterance {c.id!r} is {'missing' if s is None else 'different'} there")
             out.append(fastcopy(c, features=s.features.with_path_prefix(self.dir)))
+        return CutSet.from_cuts(out), ""
+
+    def attach_speed_copies(self, cuts, corpus: str, parts, factors):
+        """``(cuts carrying the stored features of their speed-perturbed copies, "")``, or
+        ``(None, why not)``. Stage 2 stores the copies as parts ``<part>_sp<factor>``; each cut gets
+        ``custom[SPEED_FEATS] = {factor: Features}``, which :class:`asrkit.data.dataset.AsrDataset`
+        reads for the copy it trains on."""
+        from lhotse import CutSet
+        from lhotse.utils import fastcopy
+
+        from asrkit.data.augment import speed_part
+
+        parts = [parts] if isinstance(parts, str) else list(parts)
+        cuts = list(cuts)
+        copies = {}
+        for f in map(float, factors):
+            want = [c.drop_features().perturb_speed(f) if c.has_features else c.perturb_speed(f) for c in cuts]
+            got, why = self.attach(want, corpus, [speed_part(p, f) for p in parts])
+            if got is None:
+                return None, why
+            copies[f] = [g.features for g in got]
+        out = [fastcopy(c, custom={**(c.custom or {}), SPEED_FEATS: {f: copies[f][i] for f in copies}})
+               for i, c in enumerate(cuts)]
         return CutSet.from_cuts(out), ""
 
     def is_complete(self, cuts, corpus: str, part: str) -> bool:

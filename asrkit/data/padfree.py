@@ -262,9 +262,9 @@ class PadFreeDataset(AsrDataset):
     as too short), ``n_dropped_frames`` (computed frames removed by frame dropping)."""
 
     def __init__(self, tokenizer, features, specaug=None, on_bad_audio: str = "raise", seed: int = 0,
-                 frontend_stride: int = 3, min_frames: int = 1):
-        super().__init__(tokenizer, features, specaug, on_bad_audio, seed)
-        self.frontend_stride = frontend_stride
+                 frontend_stride: int = 3, min_frames: int = 1, augment=None):
+        super().__init__(tokenizer, features, specaug, on_bad_audio, seed, augment=augment,
+                         frontend_stride=frontend_stride)
         self.min_frames = min_frames
         self.drop_stats = DropStats()  #: utterances filtered from batches (in this process)
 
@@ -281,7 +281,7 @@ class PadFreeDataset(AsrDataset):
 
     def __getitem__(self, cuts) -> dict:
         sr = self.features.sample_rate
-        plan = self.plan(cuts)
+        plan = self.plan([self.speed_view(c) for c in cuts])  # speed-perturbed first: their lengths are planned
         for cid, why in plan.filtered:
             self.drop_stats.add(why, cid)
         if plan.filtered:

@@ -57,6 +57,7 @@ class Checkpointer:
             "rng": rng_per_rank,  # one entry per rank
             "config": to_dict(t.cfg),
             "world_size": t.dist.world_size,
+            "sampler_start": t.sampler_start,  # global batches of the epoch done before this run's first
             **t.fingerprints,
             "vocab": list(t.tokenizer.tokens),
             "threads": torch.get_num_threads(),  # results depend on it (thread_warning)
@@ -77,9 +78,19 @@ class Checkpointer:
         t.scheduler.load_state_dict(st["scheduler"])
         t.scaler.load_state_dict(st["scaler"])
         t.step, t.epoch, t.batch_in_epoch = st["step"], st["epoch"], st["batch_in_epoch"]
+        t.sampler_start = st.get("sampler_start", 0)
         t.counters.update(st.get("counters", {}))
         rng = st["rng"]
-        set_rng_state(rng[t.dist.rank] if isinstance(rng, list) else rng)
+        if st["world_size"] != t.dist.world_size:  # train.elastic (resume_problems allowed it)
+            done = t.sampler_start + t.batch_in_epoch * st["world_size"]
+            logger.warning("resuming from %s with %d process(es) instead of %d (train.elastic): epoch %d continues at "
+                           "global batch %d of its plan (%d batches per rank done by %d ranks, from batch %d); the "
+                           "rest of the epoch is dealt out to the %d ranks, no utterance skipped or repeated",
+                           path, t.dist.world_size, st["world_size"], t.epoch, done, t.batch_in_epoch,
+                           st["world_size"], t.sampler_start, t.dist.world_size)
+            t.sampler_start, t.batch_in_epoch = done, 0
+        if not isinstance(rng, list) or t.dist.rank < len(rng):
+            set_rng_state(rng[t.dist.rank] if isinstance(rng, list) else rng)
         logger.info("resumed from %s: epoch %d, batch %d, step %d", path, t.epoch, t.batch_in_epoch, t.step)
         warning = thread_warning(st, torch.get_num_threads())
         if warning and t.dist.is_main:

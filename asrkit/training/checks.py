@@ -14,6 +14,7 @@ from pathlib import Path
 
 from asrkit import config as _config
 from asrkit.config import Config
+from asrkit.data.augment import validate_augment_config
 from asrkit.data.checks import validate_data_config
 from asrkit.decode.methods import validate_decode_config
 from asrkit.model import validate_model_config
@@ -39,6 +40,7 @@ def validate_train_section(cfg: Config) -> None:
 def validate_config(cfg: Config) -> Config:
     """Every section a training run reads. Raises :class:`ConfigError` naming the key."""
     validate_data_config(cfg)
+    validate_augment_config(cfg.augment)
     validate_model_config(cfg)
     validate_decode_config(cfg)
     validate_optim_config(cfg)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from functools import partial
 from typing import Optional
 
 import torch
@@ -29,6 +30,19 @@ def load_train_cuts(cfg, tokenizer, where: str = "train"):
     from lhotse import CutSet
 
     sets = cfg.data.train_sets if where == "train" else [cfg.data.dev_set]
+    if where == "train":  # compact, cached: LibriSpeech 960 h's 281 k cuts (asrkit.data.cut_index.CutIndex)
+        from asrkit.data.cut_index import load_train_index
+        from asrkit.data.shar import load_shar_index
+
+        load = partial(load_shar_index, cfg.data.shar_dir) if cfg.data.shar_dir else partial(load_train_index, cfg.data.manifest_dir)
+        try:
+            index = load(cfg.data.corpus, sets, tokenizer, cfg.features, cfg.frontend.stride, cfg.data.min_duration,
+                         cfg.data.max_utt_duration)
+        except (FileNotFoundError, ValueError) as e:
+            raise TrainingError(str(e)) from None
+        if len(index) == 0:
+            raise TrainingError(f"no usable {where} utterances in {sets} ({index.drop_stats})")
+        return index, index.drop_stats
     cuts = CutSet.from_cuts(c for s in sets for c in load_cuts(cfg.data.manifest_dir, cfg.data.corpus, s))
     cuts, stats = filter_cuts(cuts, tokenizer, cfg.features, cfg.frontend.stride, cfg.data.min_duration,
                               cfg.data.max_utt_duration, where=f"{cfg.data.corpus}/{'+'.join(sets)}")
@@ -44,7 +58,7 @@ def alphabet_check(cuts, tokenizer, cfg, warn: bool = True) -> dict:
         for c in cuts:
             yield c.id, " ".join(s.text for s in c.supervisions if s.text)
 
-    report = alphabet_report(utts(), getattr(tokenizer, "fold", "none"))
+    report = getattr(cuts, "alphabet", None) or alphabet_report(utts(), getattr(tokenizer, "fold", "none"))
     if warn and report.utterances:
         logger.warning("%s", report.describe(f"{cfg.data.corpus}/{'+'.join(cfg.data.train_sets)}"))
     return report.to_dict()
@@ -59,7 +73,7 @@ def load_data(cfg, tokenizer):
         dev, _ = load_train_cuts(cfg, tokenizer, "dev")
         if cfg.data.dev_max_utts:
             dev = dev.subset(first=cfg.data.dev_max_utts)
-    train, dev = use_stored_features(cfg, train, dev)
+    train, dev = use_stored_features(cfg, train, dev, tokenizer)
     return train, stats, dev
 
 
@@ -72,7 +86,7 @@ def _store_hint(d) -> str:
             "(this run's config file and key=value overrides)")
 
 
-def use_stored_features(cfg, train, dev):
+def use_stored_features(cfg, train, dev, tokenizer=None):
     """Attach the stored fbank (:mod:`asrkit.data.feature_store`) to the training and dev cuts
     when ``data.features`` is ``stored``, or ``auto`` and the store covers both (padded pipeline
     only). Sets ``data.features`` to what is used (``stored`` | ``on_the_fly``): the saved config
@@ -80,14 +94,27 @@ def use_stored_features(cfg, train, dev):
     from asrkit.data.feature_store import FeatureStore
 
     d = cfg.data
-    if d.features == "on_the_fly" or d.sampler == "padfree":
-        d.features = "on_the_fly"
+    if d.features == "stored" and cfg.augment.waveform:
+        raise TrainingError("data.features=stored: augment.volume / noise_prob / reverb_prob change the audio, so its "
+                            "fbank is computed on the fly; set data.features=on_the_fly (or auto), or turn them off")
+    if d.features == "on_the_fly" or d.sampler == "padfree" or d.shar_dir or cfg.augment.waveform:
+        if d.features == "auto" and cfg.augment.waveform and d.sampler != "padfree":
+            logger.info("augment: waveform augmentation on, so the fbank is computed on the fly")
+        d.features = "on_the_fly"  # (shards: the audio is in them)
         return train, dev
     store = FeatureStore.of(d.fbank_dir, cfg.features)
-    got, why = store.attach(train, d.corpus, d.train_sets)
+    if hasattr(train, "feature_prefix"):  # the compact index (asrkit.data.cut_index): stays compact
+        from asrkit.data.cut_index import attach_stored
+
+        got, why = attach_stored(train, store, d.corpus, d.train_sets, tokenizer, cfg.features, cfg.frontend.stride,
+                                 d.min_duration, d.max_utt_duration)
+    else:
+        got, why = store.attach(train, d.corpus, d.train_sets)
     if got is not None and dev is not None:
         got_dev, why = store.attach(dev, d.corpus, d.dev_set)
         got = got if got_dev is not None else None
+    if got is not None and cfg.augment.speed:  # the stored speed-perturbed copies (stage 2 with augment.speed)
+        got, why = store.attach_speed_copies(got, d.corpus, d.train_sets, cfg.augment.speed)
     if got is None:
         hint = _store_hint(d)
         if d.features == "stored":
@@ -96,7 +123,8 @@ def use_stored_features(cfg, train, dev):
                        "training", why, hint)
         d.features = "on_the_fly"
         return train, dev
-    logger.info("training on the stored features of %s", store.dir)
+    logger.info("training on the stored features of %s%s", store.dir,
+                f" and of their speed-perturbed copies {cfg.augment.speed}" if cfg.augment.speed else "")
     d.features = "stored"
     return got, (got_dev if dev is not None else None)
 
@@ -110,12 +138,13 @@ def make_eval_sampler(cuts, max_duration: float = 200.0):
 def make_loader(cfg, tokenizer, sampler, epoch: int, train: bool) -> torch.utils.data.DataLoader:
     """A DataLoader of collated batches (``batch_size=None``: the sampler yields whole batches)."""
     args = (tokenizer, cfg.features, cfg.specaug if train else None, cfg.data.on_bad_audio)
+    augment = cfg.augment if train else None  # evaluation never augments
     if train and cfg.data.sampler == "padfree":  # variable hop, no padding (asrkit.data.padfree)
         from asrkit.data.padfree import PadFreeDataset
 
-        ds = PadFreeDataset(*args, seed=cfg.train.seed, frontend_stride=cfg.frontend.stride)
+        ds = PadFreeDataset(*args, seed=cfg.train.seed, frontend_stride=cfg.frontend.stride, augment=augment)
     else:
-        ds = AsrDataset(*args, seed=cfg.train.seed)
+        ds = AsrDataset(*args, seed=cfg.train.seed, augment=augment, frontend_stride=cfg.frontend.stride)
     ds.set_epoch(epoch)
     nw = cfg.data.num_workers
     # workers leave stop signals to the main process (asrkit.training.signals)

@@ -79,6 +79,7 @@ class Trainer:
                            "train.amp=none is faster here")
         self.scaler = torch.amp.GradScaler(device.type, enabled=self.amp == "fp16")
         self.step, self.epoch, self.batch_in_epoch = 0, 1, 0  # optimizer steps; batches done in the epoch
+        self.sampler_start = 0  # global batches of the epoch done before batch_in_epoch counts (elastic resume)
         self.counters = {"bad_steps": 0, "overflow_steps": 0, "bad_audio": 0, "empty_batches": 0,
                          "unequal_epochs": 0, "audio_seconds": 0.0, "train_wall": 0.0}
         self.monitor = Monitor(self.exp_dir, dist_info.is_main)
@@ -109,6 +110,10 @@ class Trainer:
         self._t_start = time.time()
         while self.epoch <= cfg.train.max_epochs and self.stop is None:
             sampler.set_epoch(self.epoch)
+            if self.sampler_start:
+                if not hasattr(sampler, "start"):
+                    raise TrainingError(f"{type(sampler).__name__} cannot resume with another world size")
+                sampler.start = self.sampler_start
             t0, self.ckpt.wall = time.time(), 0.0
             self.train_epoch(ResumableSampler(sampler, self.batch_in_epoch))
             self.counters["train_wall"] += time.time() - t0 - self.ckpt.wall  # checkpointing is not training
@@ -116,7 +121,9 @@ class Trainer:
                 break
             info = self.validate() if self.dev_cuts is not None and self.epoch % cfg.train.valid_every_epochs == 0 else {}
             self.epoch += 1
-            self.batch_in_epoch = 0
+            self.batch_in_epoch = self.sampler_start = 0
+            if hasattr(sampler, "start"):
+                sampler.start = 0
             self.mark_boundary()
             self.ckpt.save(f"epoch-{self.epoch - 1:04d}", info)
         if self.stop:

@@ -18,7 +18,7 @@ import torch
 #: config keys that may change between a run and its resumption
 RESUMABLE_CHANGES = ("train.max_epochs", "train.max_steps", "train.max_minutes", "train.log_interval",
                      "train.ckpt_every_steps", "train.keep_last", "train.valid_every_epochs", "data.num_workers",
-                     "train.threads", "train.dist_timeout_s", "train.max_bad_steps", "decode", "data.dev_max_utts")
+                     "train.threads", "train.dist_timeout_s", "train.elastic", "train.max_bad_steps", "decode", "data.dev_max_utts")
 
 
 def rng_state() -> dict:
@@ -66,6 +66,9 @@ def tokenizer_fingerprint(tokenizer) -> str:
 
 def fingerprints(cuts, tokenizer) -> dict:
     """What a checkpoint records of the data a run trains on (compared on resume)."""
+    pre = getattr(cuts, "data_fingerprints", None)  # computed while indexing (asrkit.data.cut_index.CutIndex)
+    if pre:
+        return {**pre, "tokenizer_fingerprint": tokenizer_fingerprint(tokenizer)}
     return {"data_fingerprint": data_fingerprint(cuts), "text_fingerprint": text_fingerprint(cuts),
             "tokenizer_fingerprint": tokenizer_fingerprint(tokenizer)}
 
@@ -114,9 +117,11 @@ def resume_problems(st: dict, config: dict, world_size: int, prints: dict, vocab
     if changed:
         old, new = _flatten(st["config"]), _flatten(config)
         problems.append("config changed: " + ", ".join(f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in changed))
-    if st["world_size"] != world_size:
+    elastic = bool(config.get("train", {}).get("elastic")) and "sampler_start" in st
+    if st["world_size"] != world_size and not elastic:
         problems.append(f"world size changed: checkpoint {st['world_size']}, now {world_size} "
-                        "(the sampler shards and the global batch would differ)")
+                        "(the sampler shards and the global batch would differ; train.elastic=true resumes with the "
+                        "new world size, continuing the epoch where it stopped)")
     changed = {k for k in _FINGERPRINT_CHANGES if k in st and st[k] != prints[k]}
     if "data_fingerprint" in changed:
         problems.append(_FINGERPRINT_CHANGES["data_fingerprint"])
