@@ -42,7 +42,15 @@ WORDS = ("the and of to a in that he was it his i had you with as for her is but
          "all by this they which have from said were one we me an no there or are what if when who would been "
          "their will out up then them them more could into time little some man very any upon only before").split()
 MAX_DURATION = 200.0
-PEAK_KEYS = ("wall_s", "peak_rss_mb")
+#: the time reported: CPU seconds (the machine is shared: wall time depends on what else runs)
+T = "cpu_s"
+
+
+def _cpu() -> float:
+    """CPU seconds (user + system) of this process and its finished children: what a measurement
+    costs whatever else the machine runs (its wall time is also recorded)."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def _peak_mb() -> float:
@@ -98,9 +106,9 @@ def make_corpus(root: Path, n: int, seed: int = 0) -> Path:
 def w_prepare(spec: dict) -> dict:
     from asrkit.data.librispeech import prepare
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), _cpu()
     prepare(spec["corpus"], spec["manifests"], spec.get("parts", ["train-960"]), num_jobs=spec.get("jobs", 2))
-    return {"wall_s": time.perf_counter() - t0, "peak_rss_mb": _peak_mb()}
+    return {"wall_s": time.perf_counter() - t0, "cpu_s": _cpu() - c0, "peak_rss_mb": _peak_mb()}
 
 
 def w_check(spec: dict) -> dict:
@@ -115,9 +123,9 @@ def w_check(spec: dict) -> dict:
     n = spec.get("limit")
     cuts = CutSet.from_cuts(islice((c for cs in lazy for c in cs), n)) if n else CutSet(
         __import__("lhotse").lazy.LazyIteratorChain(*[cs.data for cs in lazy]))
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), _cpu()
     bad = check_audio(cuts, spec.get("jobs", 2), "bench")
-    return {"wall_s": time.perf_counter() - t0, "peak_rss_mb": _peak_mb(), "bad": len(bad)}
+    return {"wall_s": time.perf_counter() - t0, "cpu_s": _cpu() - c0, "peak_rss_mb": _peak_mb(), "bad": len(bad)}
 
 
 def w_fbank(spec: dict) -> dict:
@@ -132,12 +140,12 @@ def w_fbank(spec: dict) -> dict:
     cs = load_manifest_lazy(manifest_path(spec["manifests"], "librispeech", "cuts", "train-other-500"))
     cuts = CutSet.from_cuts(list(islice(iter(cs), spec["limit"])))
     store = FeatureStore.of(spec["fbank_dir"], FeatureConfig())
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), _cpu()
     feats, bad = store.compute(cuts, "bench", "sample", spec.get("jobs", 2))
     store.save(cuts, feats, "bench", "sample")
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, _cpu() - c0
     size = sum(f.stat().st_size for f in Path(store.dir).rglob("*") if f.is_file())
-    return {"wall_s": wall, "peak_rss_mb": _peak_mb(), "n": len(cuts), "bytes": size,
+    return {"wall_s": wall, "cpu_s": cpu, "peak_rss_mb": _peak_mb(), "n": len(cuts), "bytes": size,
             "audio_s": sum(c.duration for c in cuts)}
 
 
@@ -158,7 +166,7 @@ def w_asrkit(spec: dict) -> dict:
     from asrkit.training.inputs import load_train_cuts, make_loader
     from asrkit.training.state import fingerprints
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), _cpu()
     cfg, tok = _cfg(spec), CharTokenizer()
     cuts, _ = load_train_cuts(cfg, tok, "train")
     fingerprints(cuts, tok)  # what the trainer also computes at start-up (from the index: free)
@@ -170,7 +178,7 @@ def w_asrkit(spec: dict) -> dict:
         out["state"] = {"epoch": 1, "batch_in_epoch": k, "sampler_start": 0}
     loader = make_loader(cfg, tok, ResumableSampler(sampler, k), epoch=1, train=True)
     batch = next(iter(loader))
-    out.update(wall_s=time.perf_counter() - t0, peak_rss_mb=_peak_mb(), batches=len(sampler),
+    out.update(wall_s=time.perf_counter() - t0, cpu_s=_cpu() - c0, peak_rss_mb=_peak_mb(), batches=len(sampler),
                first_batch_utts=len(batch["ids"]), index_mb=getattr(cuts, "nbytes", lambda: 0)() / 2**20)
     if spec.get("checkpoint"):
         import pickle
@@ -197,7 +205,7 @@ def w_lhotse(spec: dict) -> dict:
     from asrkit.data.manifests import manifest_path
     from asrkit.tokenizer import CharTokenizer
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), _cpu()
     cfg = _cfg(spec)
     cuts = CutSet.from_files([str(manifest_path(spec["manifests"], "librispeech", "cuts", p)) for p in PARTS])
     with warnings.catch_warnings():
@@ -212,10 +220,11 @@ def w_lhotse(spec: dict) -> dict:
     loader = torch.utils.data.DataLoader(ds, sampler=sampler, batch_size=None, num_workers=0)
     it = iter(loader)
     batch = next(it)
-    out.update(wall_s=time.perf_counter() - t0, peak_rss_mb=_peak_mb(), first_batch_utts=len(batch["ids"]))
+    out.update(wall_s=time.perf_counter() - t0, cpu_s=_cpu() - c0, peak_rss_mb=_peak_mb(),
+               first_batch_utts=len(batch["ids"]))
     if spec.get("checkpoint"):
-        for _ in range(spec["checkpoint"] - 1):  # position the sampler (not timed)
-            next(iter(sampler))
+        for _ in range(spec["checkpoint"] - 1):  # position the sampler (not timed); next() only: a Lhotse
+            next(sampler)                      # sampler restarts its epoch on every iter()
         t1 = time.perf_counter()
         blob = pickle.dumps(sampler.state_dict())
         out["checkpoint_s"], out["checkpoint_bytes"] = time.perf_counter() - t1, len(blob)
@@ -232,7 +241,8 @@ def _run(fn: str, spec: dict, timeout: float = 3600) -> dict:
         raise RuntimeError(f"{fn} {spec}: exit {r.returncode}\n{r.stderr[-3000:]}")
     res = json.loads(r.stdout.strip().splitlines()[-1])
     print(f"  {fn} {({k: v for k, v in spec.items() if k not in ('manifests', 'corpus')})}: "
-          f"{res.get('wall_s', 0):.2f} s, {res.get('peak_rss_mb', 0):.0f} MB", file=sys.stderr, flush=True)
+          f"{res.get('wall_s', 0):.2f} s wall, {res.get('cpu_s', 0):.2f} s CPU, {res.get('peak_rss_mb', 0):.0f} MB",
+          file=sys.stderr, flush=True)
     return res
 
 
@@ -258,7 +268,7 @@ def measure(work: Path, n: int, args, row: dict) -> dict:
                                                                           "parts": [part]})
         pp = row["prepare_parts"]
         if all(p in pp for p in PARTS):
-            row["prepare"] = {"wall_s": sum(pp[p]["wall_s"] for p in PARTS),
+            row["prepare"] = {"wall_s": sum(pp[p]["wall_s"] for p in PARTS), "cpu_s": sum(pp[p]["cpu_s"] for p in PARTS),
                               "peak_rss_mb": max(pp[p]["peak_rss_mb"] for p in PARTS), "by_part": True}
     base = {"manifests": str(man)}
     if "check" in stages:
@@ -266,12 +276,14 @@ def measure(work: Path, n: int, args, row: dict) -> dict:
             row["check"] = dict(_run("w_check", dict(base)), extrapolated=False)
         else:
             c = _run("w_check", dict(base, limit=args.sample))
-            row["check"] = {"wall_s": c["wall_s"] * n / args.sample, "peak_rss_mb": c["peak_rss_mb"],
+            row["check"] = {"wall_s": c["wall_s"] * n / args.sample, "cpu_s": c["cpu_s"] * n / args.sample,
+                            "peak_rss_mb": c["peak_rss_mb"],
                             "extrapolated": True, "sample": args.sample, "sample_wall_s": c["wall_s"]}
     if "fbank" in stages and args.fbank_sample:
         f = _run("w_fbank", dict(base, limit=args.fbank_sample, fbank_dir=str(root / "fbank")))
         shutil.rmtree(root / "fbank", ignore_errors=True)
-        row["fbank"] = {"wall_s": f["wall_s"] * n / f["n"], "extrapolated": True, "sample": f["n"],
+        row["fbank"] = {"wall_s": f["wall_s"] * n / f["n"], "cpu_s": f["cpu_s"] * n / f["n"], "extrapolated": True,
+                        "sample": f["n"],
                         "sample_wall_s": f["wall_s"], "peak_rss_mb_sample": f["peak_rss_mb"],
                         "disk_gb": f["bytes"] * n / f["n"] / 1e9, "audio_h": f["audio_s"] * n / f["n"] / 3600}
     if "startup" in stages:  # paired: Lhotse, asrkit cold (no index cache), asrkit warm, per kind
@@ -302,27 +314,27 @@ def _med(rows: list, key: str) -> float:
 
 
 def table(res: dict) -> str:
-    out = ["| utterances | stage 1 prepare s / MB | stage 2 audio check s / MB | fbank storage s (extrap.) | "
-           "Lhotse DynBucketing s / MB | asrkit bucketing cold s / MB | warm s / MB | asrkit padfree cold s / MB | "
-           "warm s / MB | warm vs Lhotse (time, memory) | resume at half-epoch: Lhotse s / asrkit s |",
+    out = ["| utterances | stage 1 prepare CPU s / MB | stage 2 audio check CPU s / MB | fbank storage CPU s (extrap.) | "
+           "Lhotse DynamicBucketing CPU s / MB | asrkit bucketing, index cold | cached | asrkit padfree, cold | cached | "
+           "asrkit bucketing vs Lhotse: CPU cold / cached, memory cached | resume at half-epoch CPU s: Lhotse / asrkit |",
            "|---:|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["rows"]:
         p = r.get("prepare", {})
         c = r["check"]
         f = r.get("fbank", {})
-        lh = (_med(r["lhotse"], "wall_s"), _med(r["lhotse"], "peak_rss_mb"))
+        lh = (_med(r["lhotse"], T), _med(r["lhotse"], "peak_rss_mb"))
         cells = [f"{r['n']:,}".replace(",", " "),
-                 f"{p['wall_s']:.1f} / {p['peak_rss_mb']:.0f}" if p else "-",
-                 f"{c['wall_s']:.1f}{'*' if c.get('extrapolated') else ''} / {c['peak_rss_mb']:.0f}",
-                 f"{f['wall_s']:.0f}*" if f else "-",
+                 f"{p[T]:.1f} / {p['peak_rss_mb']:.0f}" if p else "-",
+                 f"{c[T]:.1f}{'*' if c.get('extrapolated') else ''} / {c['peak_rss_mb']:.0f}",
+                 f"{f[T]:.0f}*" if f else "-",
                  f"{lh[0]:.2f} / {lh[1]:.0f}"]
         for kind in ("bucketing", "padfree"):
             for temp in ("cold", "warm"):
                 rows = r[f"{kind}_{temp}"]
-                cells.append(f"{_med(rows, 'wall_s'):.2f} / {_med(rows, 'peak_rss_mb'):.0f}")
-        bw = r["bucketing_warm"]
-        cells.append(f"{_med(bw, 'wall_s') / lh[0]:.2f}x, {_med(bw, 'peak_rss_mb') / lh[1]:.2f}x")
-        cells.append(f"{r['lhotse_resume']['wall_s']:.1f} / {r['bucketing_resume']['wall_s']:.2f}")
+                cells.append(f"{_med(rows, T):.2f} / {_med(rows, 'peak_rss_mb'):.0f}")
+        bw, bc = r["bucketing_warm"], r["bucketing_cold"]
+        cells.append(f"{_med(bc, T) / lh[0]:.2f}x / {_med(bw, T) / lh[0]:.2f}x, {_med(bw, 'peak_rss_mb') / lh[1]:.2f}x")
+        cells.append(f"{r['lhotse_resume'][T]:.1f} / {r['bucketing_resume'][T]:.2f}")
         out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out)
 
@@ -344,17 +356,17 @@ def plot(res: dict, path: Path) -> None:
         "asrkit padfree, index cached": [r["padfree_warm"] for r in rows],
     }
     for label, v in series.items():
-        a.plot(n, [_med(x, "wall_s") for x in v], "o-", label=label)
+        a.plot(n, [_med(x, T) for x in v], "o-", label=label)
         b.plot(n, [_med(x, "peak_rss_mb") for x in v], "o-", label=label)
-    a.plot(n, [r["lhotse_resume"]["wall_s"] for r in rows], "s--", label="Lhotse resume at half-epoch")
-    a.plot(n, [r["bucketing_resume"]["wall_s"] for r in rows], "s--", label="asrkit bucketing resume at half-epoch")
+    a.plot(n, [r["lhotse_resume"][T] for r in rows], "s--", label="Lhotse resume at half-epoch")
+    a.plot(n, [r["bucketing_resume"][T] for r in rows], "s--", label="asrkit bucketing resume at half-epoch")
     prep = [r for r in rows if r.get("prepare")]
     if prep:
-        a.plot([r["n"] for r in prep], [r["prepare"]["wall_s"] for r in prep], "^:", label="stage 1 prepare")
+        a.plot([r["n"] for r in prep], [r["prepare"][T] for r in prep], "^:", label="stage 1 prepare")
         b.plot([r["n"] for r in prep], [r["prepare"]["peak_rss_mb"] for r in prep], "^:", label="stage 1 prepare")
-    a.plot(n, [r["check"]["wall_s"] for r in rows], "v:", label="stage 2 audio check (* extrapolated)")
+    a.plot(n, [r["check"][T] for r in rows], "v:", label="stage 2 audio check (* extrapolated)")
     b.plot(n, [r["check"]["peak_rss_mb"] for r in rows], "v:", label="stage 2 audio check")
-    for ax, yl in ((a, "seconds (start-up to the first batch)"), (b, "peak RSS per process (MB)")):
+    for ax, yl in ((a, "CPU seconds"), (b, "peak RSS per process (MB)")):
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("utterances in the training manifests")
@@ -374,7 +386,7 @@ def growth(res: dict, key: str) -> float:
     if len(r) < 2:
         return float("nan")
     a, b = r[-2], r[-1]
-    return math.log(_med(b[key], "wall_s") / _med(a[key], "wall_s")) / math.log(b["n"] / a["n"])
+    return math.log(_med(b[key], T) / _med(a[key], T)) / math.log(b["n"] / a["n"])
 
 
 def main(argv: list[str] | None = None) -> int:
