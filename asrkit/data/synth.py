@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import ctypes
 import hashlib
 import json
@@ -157,6 +158,10 @@ class SynthConfig:
     noise_db: Optional[float] = -30.0  # noise floor relative to the speech RMS (dB); None: off
     max_silence: float = 0.5  # leading/trailing silence drawn from [0.05, max_silence] s
     span_minutes: float = 0.0  # test-span (2-45 s files, every duration bin); 0: not made
+    #: train on these sentences instead of random ones: one per line, cycled in a seeded random
+    #: order (each pass reshuffled, every repeat with another voice and prosody): synthetic speech of
+    #: a real corpus's training text, to mix into its training (``asrkit synth --text FILE``)
+    train_text: tuple = ()
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first invalid field and what would be valid."""
@@ -175,6 +180,8 @@ class SynthConfig:
                 f"noise_db must be <= 0 (noise level in dB relative to the speech RMS) "
                 f"or None to disable the noise floor, got {self.noise_db!r}"
             )
+        if self.train_text and not all(isinstance(s, str) and s.split() for s in self.train_text):
+            raise ValueError("train_text: every sentence must have at least one word")
         if not (0.05 <= self.max_silence <= 5.0):
             raise ValueError(f"max_silence must be in [0.05, 5] seconds, got {self.max_silence!r}")
 
@@ -284,6 +291,23 @@ class _SentenceSampler:
         raise RuntimeError("could not draw a new unique sentence in 1000 tries")
 
 
+class _TextSampler:
+    """The given sentences, cycled: each pass over them in a new random order."""
+
+    def __init__(self, rng: np.random.Generator, sentences: Sequence[str]):
+        self.rng, self.sentences, self.order = rng, list(sentences), []
+
+    def __call__(self) -> str:
+        if not self.order:
+            self.order = self.rng.permutation(len(self.sentences)).tolist()
+        return self.sentences[self.order.pop()]
+
+
+def normalize_sentence(text: str) -> str:
+    """A transcript line as spoken text: lower case, letters, digits, apostrophes and single spaces."""
+    return " ".join("".join(ch if ch.isalnum() or ch == "'" else " " for ch in text.lower()).split())
+
+
 def estimate_seconds(num_words: int, rate: int) -> float:
     """Rough spoken duration of ``num_words`` at espeak rate ``rate`` (for planning only)."""
     return num_words * 60.0 / rate * _EST_FACTOR
@@ -324,7 +348,10 @@ def _plan_part(
         raise ValueError(f"part {part!r}: {seconds / 3600:.1f} h is too large for this generator")
     ch_ids = srng.choice(np.arange(*ch_range), size=sum(n_ch), replace=False)
 
-    sample = _SentenceSampler(_rng(seed, part_index, 1), used)
+    if part == "train" and config.train_text:
+        sample: Callable[[], str] = _TextSampler(_rng(seed, part_index, 1), config.train_text)
+    else:
+        sample = _SentenceSampler(_rng(seed, part_index, 1), used)
     longform = part == "test-longform"
     bin_seconds = [0.0] * len(SPAN_BINS)  # test-span: planned seconds per bin
     chapters: list[ChapterPlan] = []
@@ -983,6 +1010,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "[X-10, X]; 'off' disables it (default -30)")
     p.add_argument("--max-silence", type=float, default=0.5,
                    help="leading/trailing silence drawn from [0.05, MAX] seconds (default 0.5)")
+    p.add_argument("--text", type=Path, default=None,
+                   help="train on the sentences of this file (one per line; e.g. a Kaldi 'text' file with "
+                        "--text-has-ids) instead of random ones: synthetic speech of a real corpus's training text")
+    p.add_argument("--text-has-ids", action="store_true", help="each --text line starts with an utterance id")
     p.add_argument("--overwrite", action="store_true",
                    help="regenerate parts that were made with different settings")
     return p
@@ -997,6 +1028,16 @@ def main(argv: Optional[list[str]] = None) -> int:
         test_minutes=args.test_minutes, longform_minutes=args.longform_minutes, jobs=args.jobs,
         noise_db=args.noise_db, max_silence=args.max_silence, span_minutes=args.span_minutes,
     )
+    if args.text is not None:
+        try:
+            lines = args.text.read_text().splitlines()
+        except OSError as e:
+            parser.error(f"--text {args.text}: {e.strerror or e}")
+        sentences = [normalize_sentence(line.split(None, 1)[1] if args.text_has_ids and len(line.split(None, 1)) > 1
+                                        else ("" if args.text_has_ids else line)) for line in lines]
+        config = dataclasses.replace(config, train_text=tuple(s for s in sentences if s))
+        if not config.train_text:
+            parser.error(f"--text {args.text}: no sentence in it")
     try:
         config.validate()
     except ValueError as e:
