@@ -284,6 +284,7 @@ def test_two_torchrun_nodes_train_resume_and_one_node_dying_stops_the_other(corp
             if p.poll() is None:
                 _kill_group(p)
     assert rc != 0
+    print(f"node 0 ended {ended - killed_at:.1f} s after node 1 was killed (train.dist_timeout_s={timeout})")
     assert ended - killed_at < timeout + 10, ended - killed_at
     st, path = load_latest(exp)
     assert st["step"] >= 5 and st["world_size"] == 2  # the last checkpoint is intact
