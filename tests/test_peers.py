@@ -1,0 +1,164 @@
+"""``python -m asrkit.bench peers`` without ESPnet installed: ESPnet's decoding output read into
+asrkit's decode-dir format and scored, the ESPnet config generated from an asrkit config (checked
+against the config ESPnet itself resolved and wrote from it), the Kaldi-dir copy both toolkits read.
+
+Fixtures (tests/fixtures/espnet/README.md): real output of ESPnet 202511's ``asr_train`` and
+``asr_inference`` run by ``asrkit bench peers`` on speechocean762.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import yaml
+
+from asrkit.bench import peers
+from asrkit.config import load_config
+
+FIX = Path(__file__).parent / "fixtures" / "espnet"
+
+
+def _durations() -> dict:
+    return json.loads((FIX / "durations.json").read_text())
+
+
+def test_espnet_text_to_hyp_records_keeps_every_utterance_in_reference_order():
+    refs = peers.read_kaldi_text(FIX / "ref_text")
+    recs = peers.espnet_hyps_to_records(FIX / "1best_recog_text", FIX / "ref_text", _durations())
+    assert [r["id"] for r in recs] == list(refs)
+    raw = {}
+    for line in (FIX / "1best_recog_text").read_text().splitlines():
+        u, _, h = line.partition(" ")
+        raw[u] = " ".join(h.split())
+    for r in recs:
+        assert r["hyp"] == raw[r["id"]]  # ESPnet's text, words as written, whitespace collapsed
+        assert r["ref"] == refs[r["id"]]
+        assert r["duration"] == pytest.approx(_durations()[r["id"]])
+        assert "<space>" not in r["hyp"]
+
+
+def test_espnet_output_missing_an_utterance_is_an_error_naming_it(tmp_path):
+    lines = (FIX / "1best_recog_text").read_text().splitlines()
+    (tmp_path / "text").write_text("\n".join(lines[1:]) + "\n")
+    first = lines[0].split()[0]
+    with pytest.raises(peers.PeersError, match=first):
+        peers.espnet_hyps_to_records(tmp_path / "text", FIX / "ref_text", _durations())
+
+
+def test_espnet_decode_dir_is_scored_and_read_by_asrkit_compare(tmp_path):
+    from asrkit.reports.report import load_experiment
+    from asrkit.scoring.report import score_dir
+
+    recs = peers.espnet_hyps_to_records(FIX / "1best_recog_text", FIX / "ref_text", _durations())
+    d = tmp_path / "espnet" / "decode_test"
+    info = peers.write_espnet_decode_dir(d, recs, "test", 12.5, 300 * 2**20, [10.0, 15.0, 20.0],
+                                         "valid.loss.ave.pth", 1, 2)
+    audio = sum(r["duration"] for r in recs)
+    assert info["rtf"] == pytest.approx(12.5 / audio)
+    assert sum(b["decode_seconds"] for b in info["bins"]) == pytest.approx(12.5)
+    res = score_dir(d, bins=[10.0, 15.0, 20.0], normalizer=peers.NORM)
+    assert res.overall.snt == len(recs)
+    docs = load_experiment(tmp_path / "espnet")
+    assert list(docs) == ["test"] and docs["test"]["overall"]["wer"] == pytest.approx(res.wer)
+    assert docs["test"]["overall"]["snt"] == len(recs)
+
+
+def test_espnet_config_matches_what_espnet_resolved_from_it():
+    """The generated config, fed to ESPnet 202511's asr_train, came back in its resolved
+    config.yaml (fixture) with every value unchanged: every key is one ESPnet knows."""
+    gen = yaml.safe_load((FIX / "espnet_train.yaml").read_text())
+    resolved = yaml.safe_load((FIX / "espnet_resolved_config.yaml").read_text())
+    for key, value in gen.items():
+        assert key in resolved, key
+        if isinstance(value, dict):
+            for k, v in value.items():
+                assert resolved[key][k] == v, f"{key}.{k}"
+        else:
+            assert resolved[key] == value, key
+    cfg = load_config(FIX / "asrkit_train.yaml", json.loads((FIX / "overrides.json").read_text()))
+    meta = json.loads((FIX / "plan.json").read_text())
+    conf, _ = peers.espnet_config(cfg, epochs=meta["epochs"], iters_per_epoch=meta["iters"],
+                                  typical_frames=meta["typical_frames"])
+    assert yaml.safe_load(yaml.safe_dump(conf)) == gen  # the generator still writes what ESPnet was given
+
+
+def test_espnet_config_follows_the_asrkit_config():
+    cfg = load_config(FIX / "asrkit_train.yaml", ["encoder.d_model=256", "encoder.n_layers=3", "encoder.n_heads=8",
+                                                  "encoder.d_ff=1024", "optim.schedule=warmup_constant",
+                                                  "optim.warmup_steps=50", "specaug.enabled=false",
+                                                  "train.ema_decay=0.0"])
+    conf, diffs = peers.espnet_config(cfg, epochs=4, iters_per_epoch=25)
+    e = conf["encoder_conf"]
+    assert (e["output_size"], e["num_blocks"], e["attention_heads"], e["linear_units"]) == (256, 3, 8, 1024)
+    assert e["input_layer"] == "conv2d" and conf["model_conf"] == {"ctc_weight": 1.0} and "decoder" not in conf
+    assert (conf["max_epoch"], conf["num_iters_per_epoch"]) == (4, 25)
+    assert conf["scheduler"] == "piecewiselinearwarmuplr"
+    assert conf["scheduler_conf"]["warmup_steps_list"][:2] == [0, 50]
+    assert conf["scheduler_conf"]["warmup_lr_list"] == [0.0, cfg.optim.lr, cfg.optim.lr]
+    assert "specaug" not in conf and conf["keep_nbest_models"] == 1
+    assert conf["batch_bins"] == int(cfg.data.max_duration * 16000)
+    assert any("frontend" in d for d in diffs)
+
+
+@pytest.mark.parametrize("override, match", [
+    ("optim.schedule=warmup_cosine", "warmup_steps"),  # warmup longer than the budget
+    ("decoder.type=lstm", "CTC only"),
+    ("tokens.kind=bpe", "letters"),
+])
+def test_espnet_config_refuses_what_it_cannot_map(override, match):
+    cfg = load_config(FIX / "asrkit_train.yaml", [override, "optim.warmup_steps=200"])
+    with pytest.raises(peers.PeersError, match=match):
+        peers.espnet_config(cfg, epochs=1, iters_per_epoch=100)
+
+
+def test_steps_plan_and_config_lines(tmp_path):
+    assert peers.plan_steps(600, 100) == (6, 100)
+    e, i = peers.plan_steps(610, 100)
+    assert e * i >= 610 and e * i - 610 < e
+    assert peers.batches_per_pass([1.0] * 10, 3.0) == 3  # 4 + 4 + 2: a batch closes on the utterance crossing 3 s
+    p = tmp_path / "c.yaml"
+    p.write_text("# comment\n\na: 1\n  # indented comment\nb: {c: 2}\n")
+    assert peers.config_lines(p) == 2
+
+
+def _wav(path: Path, seconds: float, sr: int = 16000) -> None:
+    t = np.arange(int(seconds * sr)) / sr
+    sf.write(str(path), (0.1 * np.sin(2 * np.pi * 220 * t) * 32767).astype(np.int16), sr, subtype="PCM_16")
+
+
+def test_kaldi_dir_copy_resolves_relative_paths_and_cuts_segments(tmp_path):
+    corpus = tmp_path / "corpus"
+    (corpus / "WAVE").mkdir(parents=True)
+    _wav(corpus / "WAVE" / "a.wav", 1.5)
+    _wav(corpus / "WAVE" / "long.wav", 4.0)
+    src = tmp_path / "kaldi" / "test"
+    src.mkdir(parents=True)
+    (src / "wav.scp").write_text("a WAVE/a.wav\n")
+    (src / "text").write_text("a HELLO WORLD\n")
+    durs = peers.normalize_kaldi_dir(src, tmp_path / "out" / "test", [corpus])
+    assert durs == {"a": pytest.approx(1.5)}
+    assert peers.read_kaldi_text(tmp_path / "out" / "test" / "wav.scp") == {"a": str((corpus / "WAVE" / "a.wav").resolve())}
+    seg = tmp_path / "kaldi" / "seg"
+    seg.mkdir()
+    (seg / "wav.scp").write_text(f"rec {corpus / 'WAVE' / 'long.wav'}\n")
+    (seg / "segments").write_text("u1 rec 0.5 1.5\nu2 rec 2.0 4.0\n")
+    (seg / "text").write_text("u1 A\nu2 B C\n")
+    durs = peers.normalize_kaldi_dir(seg, tmp_path / "out" / "seg", [])
+    assert durs == {"u1": pytest.approx(1.0), "u2": pytest.approx(2.0)}
+    assert sf.info(str(tmp_path / "out" / "seg" / "wav" / "u2.wav")).frames == 32000
+
+
+@pytest.mark.parametrize("line, match", [("a WAVE/missing.wav", "found relative to none"),
+                                         ("a sox in.wav -t wav - |", "is a command")])
+def test_kaldi_dir_copy_bad_audio_names_the_file_and_line(tmp_path, line, match):
+    src = tmp_path / "d"
+    src.mkdir()
+    (src / "wav.scp").write_text(line + "\n")
+    (src / "text").write_text("a X\n")
+    with pytest.raises(peers.PeersError, match=match) as e:
+        peers.normalize_kaldi_dir(src, tmp_path / "out", [tmp_path])
+    assert "wav.scp" in str(e.value)
+    assert not (tmp_path / "out").exists()
