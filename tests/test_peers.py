@@ -81,7 +81,7 @@ def test_espnet_config_matches_what_espnet_resolved_from_it():
     cfg = load_config(FIX / "asrkit_train.yaml", json.loads((FIX / "overrides.json").read_text()))
     meta = json.loads((FIX / "plan.json").read_text())
     conf, _ = peers.espnet_config(cfg, epochs=meta["epochs"], iters_per_epoch=meta["iters"],
-                                  typical_frames=meta["typical_frames"])
+                                  typical_frames=meta["typical_frames"], nbest=meta["nbest"])
     assert yaml.safe_load(yaml.safe_dump(conf)) == gen  # the generator still writes what ESPnet was given
 
 

@@ -108,8 +108,8 @@ def espnet_config(cfg, *, epochs: int, iters_per_epoch: int, typical_frames: int
     and the list of differences that remain (one sentence each). ``epochs`` x ``iters_per_epoch``
     optimizer steps. ``typical_frames``: the median training utterance in 10 ms frames (picks
     which of asrkit's two time-mask caps ESPnet takes). ``nbest``: checkpoints ESPnet averages for
-    decoding (default: about the span of asrkit's weight average, ``1 / (1 - train.ema_decay)``
-    steps, 1 .. 10 epochs)."""
+    decoding when asrkit averages its weights (default: the better half of the epochs by dev loss,
+    at most 10)."""
     e, f, s, o, t = cfg.encoder, cfg.features, cfg.specaug, cfg.optim, cfg.train
     diffs: list[str] = []
     if e.type != "transformer" or e.attention != "softmax":
@@ -179,11 +179,12 @@ def espnet_config(cfg, *, epochs: int, iters_per_epoch: int, typical_frames: int
         diffs.append(f"encoder.activation={e.activation}: ESPnet's Transformer feed-forward is ReLU")
     if t.ema_decay > 0:
         span = 1.0 / (1.0 - t.ema_decay)
-        n = nbest or max(1, min(10, epochs, round(span / max(1, iters_per_epoch))))
+        n = nbest or max(1, min(10, math.ceil(epochs / 2)))
         conf["keep_nbest_models"] = n
         diffs.append(f"weight averaging: asrkit decodes an exponential moving average of the weights (decay "
-                     f"{t.ema_decay:g}, ~{span:.0f} steps); ESPnet has none and averages its {n} best epoch "
-                     f"checkpoints by dev loss (valid.loss.ave, its standard), ~{n * iters_per_epoch} steps")
+                     f"{t.ema_decay:g}, e-folding ~{span:.0f} steps); ESPnet has none and averages its {n} best "
+                     f"epoch checkpoints by dev loss (valid.loss.ave, its standard way; {n} = the better half of "
+                     f"its {epochs} epochs, at most 10)")
     elif nbest:
         conf["keep_nbest_models"] = nbest
     diffs += [
@@ -591,7 +592,7 @@ def _relpos_run(impl: str, spec: dict, espnet_venv: Path, env: dict) -> dict:
 def relpos_bench(a, env: dict) -> dict:
     """Paired rounds: each round runs both implementations in fresh processes (random order), each
     ``--relpos-reps`` steps; the ratio is the median over rounds of the ratio of the rounds'
-    medians. Memory: one fresh process per implementation and round."""
+    medians. Memory: one fresh process per implementation."""
     from asrkit.model import kernels
 
     kernels.load("relpos_attention")  # built once here (~25-60 s the first time), not in a timed worker
@@ -604,8 +605,8 @@ def relpos_bench(a, env: dict) -> dict:
         rounds.append({impl: _relpos_run(impl, spec, a.espnet_venv, env) for impl in order})
         print(f"[peers] relpos round {r + 1}: " + ", ".join(
             f"{k} {1000 * statistics.median(v['all_s']):.0f} ms" for k, v in rounds[-1].items()), file=sys.stderr)
-    mem = {impl: [_relpos_run(impl, dict(spec, mode="mem"), a.espnet_venv, env)["peak_mb"]
-                  for _ in range(a.relpos_rounds)] for impl in ("asrkit", "espnet")}
+    mem = {impl: [_relpos_run(impl, dict(spec, mode="mem"), a.espnet_venv, env)["peak_mb"]]
+           for impl in ("asrkit", "espnet")}  # one fresh process each: the step's allocations are deterministic
     out = {"spec": spec, "rounds": rounds}
     for impl in ("asrkit", "espnet"):
         out[impl] = {"time_ms": 1000 * statistics.median(x for rd in rounds for x in rd[impl]["all_s"]),
@@ -721,7 +722,7 @@ def format_table(res: dict) -> str:
               f"{r['time_ratio']:.2f}x (paired) |",
               f"| process CPU time (ms, median) | {r['asrkit']['cpu_ms']:.1f} | {r['espnet']['cpu_ms']:.1f} | "
               f"{r['espnet']['cpu_ms'] / r['asrkit']['cpu_ms']:.2f}x |",
-              f"| peak memory of the step (MiB, median) | {r['asrkit']['peak_mb']:.1f} | {r['espnet']['peak_mb']:.1f} | "
+              f"| peak memory of the step (MiB) | {r['asrkit']['peak_mb']:.1f} | {r['espnet']['peak_mb']:.1f} | "
               f"{r['mem_ratio']:.2f}x |",
               f"| parameters | {r['asrkit']['params']:,} | {r['espnet']['params']:,} | - |", "",
               f"{len(r['rounds'])} paired rounds of {sp['reps']} steps each (fresh processes, random order); "
