@@ -162,3 +162,20 @@ def test_kaldi_dir_copy_bad_audio_names_the_file_and_line(tmp_path, line, match)
         peers.normalize_kaldi_dir(src, tmp_path / "out", [tmp_path])
     assert "wav.scp" in str(e.value)
     assert not (tmp_path / "out").exists()
+
+
+def test_speed_perturbation_is_given_to_espnet_as_its_preprocessor_effect():
+    """asrkit's augment.speed (each epoch 1.0 or one factor, uniformly) as ESPnet's speed_perturb
+    effect drawn with probability k / (k + 1) among k equally weighted factors."""
+    from types import SimpleNamespace
+
+    cfg = load_config(FIX / "asrkit_train.yaml")
+    cfg.augment = SimpleNamespace(speed=[0.9, 1.1], volume=None, noise_prob=0.0, reverb_prob=0.0)
+    conf, diffs = peers.espnet_config(cfg, epochs=4, iters_per_epoch=100)
+    pre = conf["preprocessor_conf"]
+    assert pre["data_aug_effects"] == [[1.0, "speed_perturb", {"factor": 0.9}], [1.0, "speed_perturb", {"factor": 1.1}]]
+    assert pre["data_aug_num"] == [1, 1] and pre["data_aug_prob"] == pytest.approx(2 / 3)
+    assert any("speed perturbation [0.9, 1.1]" in d for d in diffs)
+    cfg.augment = SimpleNamespace(speed=[])
+    conf, diffs = peers.espnet_config(cfg, epochs=4, iters_per_epoch=100)
+    assert "preprocessor_conf" not in conf and any("off on both" in d for d in diffs)

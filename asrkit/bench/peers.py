@@ -173,6 +173,19 @@ def espnet_config(cfg, *, epochs: int, iters_per_epoch: int, typical_frames: int
                         f"{typical_frames} frames)" if by_ratio else f"{s.time_width} frames")
                      + "; ESPnet masks the log-mel features with 0 before its utterance normalization, asrkit "
                      "after CMVN (0 = the mean)")
+    aug = getattr(cfg, "augment", None)  # asrkit's augment section (speed perturbation and more), where present
+    speed = [float(x) for x in (getattr(aug, "speed", None) or [])]
+    if speed:  # asrkit: each epoch each utterance at 1.0 or one of the factors, uniformly
+        conf["preprocessor_conf"] = {
+            "data_aug_effects": [[1.0, "speed_perturb", {"factor": f}] for f in speed],
+            "data_aug_num": [1, 1], "data_aug_prob": len(speed) / (len(speed) + 1)}
+        diffs.append(f"speed perturbation {speed}: both draw 1.0 or one factor uniformly per utterance and epoch; "
+                     "asrkit resamples with Lhotse's perturb_speed, ESPnet with its preprocessor's speed_perturb "
+                     "effect (torchaudio resampling), and ESPnet batches by the unperturbed lengths")
+    for key in ("volume", "noise_prob", "reverb_prob"):
+        v = getattr(aug, key, None) if aug is not None else None
+        if v:
+            diffs.append(f"augment.{key}={v}: not given to ESPnet (no matching effect mapped here)")
     if t.amp != "none":
         diffs.append(f"train.amp={t.amp}: ESPnet trains in fp32 here (its use_amp is CUDA autocast)")
     if e.activation != "relu":
@@ -204,8 +217,9 @@ def espnet_config(cfg, *, epochs: int, iters_per_epoch: int, typical_frames: int
         "crosses the limit included",
         "tokens: asrkit letters a-z, ' and a word boundary (lower-cased); ESPnet char tokens of the transcripts "
         "as written, <space> for the word boundary",
-        "speed perturbation: off on both (asrkit has none)",
     ]
+    if not speed:
+        diffs.append("speed perturbation: off on both (as asrkit's config has it)")
     if (f.dither or 0) > 0:
         diffs.append(f"features.dither={f.dither}: ESPnet's default frontend has no dither")
     return conf, diffs
