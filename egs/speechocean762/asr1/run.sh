@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# speechocean762 (OpenSLR 101, CC BY 4.0): real read English speech of 250 Mandarin-L1 speakers,
+# half of them children; 2.9 h of training audio. A letters CTC Transformer for one 2-core CPU,
+# decoded with a TLG graph (the training words spelled in letters + a word 3-gram of the
+# training text). Sets (README.md): train, dev (10 % of the training speakers, children and adults
+# alike, speaker-disjoint), the official test set, test_longform (each test speaker's utterances
+# joined into 20-45 s recordings, real pauses kept) and test_session (each speaker's whole session).
+# Stage 1 also writes the split as Kaldi data dirs (data/kaldi/<set>) for other toolkits.
+#   ./run.sh                               all stages (finished ones are skipped)
+#   ./run.sh --download true               stage 0 first: fetch + check + unpack the corpus into downloads/
+#   ./run.sh --corpus_dir /data/speechocean762   (or SPEECHOCEAN762=... in the environment, db.sh)
+#   ./run.sh --stage 4 --tag alibi --train_args "encoder.pos_enc=alibi"
+# Recipe options (parsed here): --download true|false (default false), --download_sha256 HEX.
+# Every option of ../../TEMPLATE/asr1/asr.sh may be given too (they override the ones set here).
+set -euo pipefail
+cd "$(dirname "$0")"
+export ASRKIT_RECIPE_CMD="./run.sh$(printf ' %q' "$@")"  # how error messages say to rerun
+. ./db.sh
+. ./path.sh
+. "$ASRKIT_ROOT/egs/TEMPLATE/asr1/utils/seeds.sh"
+
+download=false
+sha256=$SPEECHOCEAN762_SHA256
+corpus_dir=$SPEECHOCEAN762
+args=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --download|--download_sha256|--download-sha256|--corpus_dir|--corpus-dir)
+        [ $# -ge 2 ] || { echo "$0: option $1 needs a value" >&2; exit 2; }
+        case "$1" in
+        --download) download=$2 ;;
+        --download_sha256|--download-sha256) sha256=$2 ;;
+        *) corpus_dir=$2 ;;
+        esac
+        shift 2 ;;
+    --download=*) download=${1#*=}; shift ;;
+    --download_sha256=*|--download-sha256=*) sha256=${1#*=}; shift ;;
+    --corpus_dir=*|--corpus-dir=*) corpus_dir=${1#*=}; shift ;;
+    *) args+=("$1"); shift ;;
+    esac
+done
+[[ " true false " == *" $download "* ]] || { echo "$0: --download must be true or false, got '$download'" >&2; exit 2; }
+stage=$(opt_last stage 1 ${args[@]+"${args[@]}"})
+stop_stage=$(opt_last stop_stage 6 ${args[@]+"${args[@]}"})
+
+[[ "$stage" =~ ^[0-9]+$ && "$stop_stage" =~ ^[0-9]+$ ]] || { echo "$0: --stage and --stop_stage must be whole numbers" >&2; exit 2; }
+if [ "$download" = true ] && [ "$stage" -le 1 ]; then
+    # stage 0: download (resumable), verify, unpack into downloads/ (which becomes the corpus dir)
+    corpus_dir=$PWD/downloads/speechocean762
+    if [ -f downloads/.speechocean762.unpacked ] && [ -f "$corpus_dir/train/wav.scp" ]; then
+        echo "$(date '+%F %T') [run.sh] stage 0 (download): done before (downloads/.speechocean762.unpacked), skipping"
+    else
+        echo "$(date '+%F %T') [run.sh] stage 0: download $SPEECHOCEAN762_URL"
+        python -m asrkit.data.download "$SPEECHOCEAN762_URL" downloads/speechocean762.tar.gz \
+            ${sha256:+--sha256 "$sha256"} --extract downloads
+        if [ -z "$sha256" ]; then
+            # OpenSLR publishes no checksum of the tarball: check what it unpacked to instead
+            (cd "$corpus_dir" && sha256sum --quiet -c "$OLDPWD/conf/corpus.sha256") || {
+                echo "$0: stage 0: the unpacked corpus in $corpus_dir differs from speechocean762 as published" \
+                     "(conf/corpus.sha256); delete downloads/speechocean762* and rerun with --download true" >&2; exit 1; }
+        fi
+        date > downloads/.speechocean762.unpacked
+    fi
+    [ "$stop_stage" -ge 1 ] || exit 0
+fi
+if [ ! -f "$corpus_dir/train/wav.scp" ] && [ ! -f "$corpus_dir/speechocean762/train/wav.scp" ] && [ "$stage" -le 1 ]; then
+    echo "$0: speechocean762 is not at $corpus_dir (no train/wav.scp). Get it with: ./run.sh --download true" \
+         "(or download https://www.openslr.org/resources/101/speechocean762.tar.gz, unpack it and" \
+         "export SPEECHOCEAN762=/path/to/speechocean762, or give --corpus_dir)" >&2
+    exit 1
+fi
+
+recipe=(
+    --corpus speechocean762 --corpus_dir "$corpus_dir"
+    --train_sets train --dev_set dev --test_sets "test test_longform test_session"
+    --token_type letters --lm_order 3
+    --train_config conf/train.yaml
+    --decode_args "decode.method=wfst decode.lm=data/lm/graph_letters_3gram decode.lm_weight=0.5"
+)
+[ "$stage" -ge 1 ] || args+=(--stage 1)  # stage 0 is this script's
+exec "$ASRKIT_ROOT/egs/TEMPLATE/asr1/asr.sh" "${recipe[@]}" ${args[@]+"${args[@]}"}
