@@ -625,9 +625,12 @@ def relpos_bench(a, env: dict) -> dict:
     for impl in ("asrkit", "espnet"):
         out[impl] = {"time_ms": 1000 * statistics.median(x for rd in rounds for x in rd[impl]["all_s"]),
                      "cpu_ms": 1000 * statistics.median(x for rd in rounds for x in rd[impl]["all_cpu_s"]),
+                     "min_ms": 1000 * min(x for rd in rounds for x in rd[impl]["all_s"]),
                      "peak_mb": statistics.median(mem[impl]), "params": rounds[0][impl]["params"]}
     out["espnet_version"] = rounds[0]["espnet"].get("espnet")
     out["asrkit_max_lag"] = rounds[0]["asrkit"].get("max_lag")
+    out["round_ratios"] = [statistics.median(rd["espnet"]["all_s"]) / statistics.median(rd["asrkit"]["all_s"])
+                           for rd in rounds]
     out["time_ratio"] = statistics.median(statistics.median(rd["espnet"]["all_s"]) / statistics.median(rd["asrkit"]["all_s"])
                                           for rd in rounds)
     out["mem_ratio"] = out["espnet"]["peak_mb"] / max(out["asrkit"]["peak_mb"], 1e-9)
@@ -734,12 +737,15 @@ def format_table(res: dict) -> str:
               "| | asrkit relpos | ESPnet RelPositionMultiHeadedAttention | ESPnet / asrkit |", "|---|---:|---:|---:|",
               f"| time (ms, median) | {r['asrkit']['time_ms']:.1f} | {r['espnet']['time_ms']:.1f} | "
               f"{r['time_ratio']:.2f}x (paired) |",
+              f"| fastest step (ms; the least disturbed by other load) | {r['asrkit']['min_ms']:.1f} | "
+              f"{r['espnet']['min_ms']:.1f} | {r['espnet']['min_ms'] / r['asrkit']['min_ms']:.2f}x |",
               f"| process CPU time (ms, median) | {r['asrkit']['cpu_ms']:.1f} | {r['espnet']['cpu_ms']:.1f} | "
               f"{r['espnet']['cpu_ms'] / r['asrkit']['cpu_ms']:.2f}x |",
               f"| peak memory of the step (MiB) | {r['asrkit']['peak_mb']:.1f} | {r['espnet']['peak_mb']:.1f} | "
               f"{r['mem_ratio']:.2f}x |",
               f"| parameters | {r['asrkit']['params']:,} | {r['espnet']['params']:,} | - |", "",
-              f"{len(r['rounds'])} paired rounds of {sp['reps']} steps each (fresh processes, random order); "
+              f"{len(r['rounds'])} paired rounds of {sp['reps']} steps each (fresh processes, random order; "
+              f"ESPnet / asrkit per round: {', '.join(f'{x:.2f}' for x in r.get('round_ratios', []))}); "
               f"memory: peak RSS increase of one step in a fresh process. asrkit: Shaw et al.'s key term, one learned "
               f"table of lags up to +-{r['asrkit_max_lag']} frames ({sp['frame_step']} s per frame, encoder.pos "
               "defaults), its compiled CPU kernel; ESPnet: Transformer-XL form (sinusoidal positions for all 2T-1 "
