@@ -260,3 +260,34 @@ def test_lhotse_manifest_errors(tmp_path):
     assert f"{man / 'test' / 'supervisions.jsonl.gz'}:3: supervision '{sups[2]['id']}' has an empty transcript" in p.stderr
     p = prepare("lhotse", "--corpus-dir", str(man), "--out", str(tmp_path / "m"), "--parts", "dev")
     assert p.returncode == 1 and "no Lhotse manifests of part 'dev'" in p.stderr
+
+
+def test_recipe_template_with_kaldi_dirs(tmp_path):
+    """README's "Bring your own data" recipe: the shared asr.sh with --corpus kaldi, every stage
+    (tiny config), the corpus named --corpus_name in manifests, config and reports."""
+    egs = tmp_path / "egs"
+    d = egs / "mine" / "asr1"
+    d.mkdir(parents=True)
+    (egs / "TEMPLATE").symlink_to(REPO / "egs" / "TEMPLATE")
+    src = REPO / "egs" / "speechocean762" / "asr1"
+    for f in ("path.sh", "cmd.sh"):
+        shutil.copy(src / f, d / f)
+    shutil.copytree(src / "conf", d / "conf")
+    env = dict(os.environ)
+    venv = Path(sys.executable).parents[1]
+    env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", ASRKIT_ROOT=str(REPO), ASRKIT_SETUP_DONE=str(venv),
+               OMP_NUM_THREADS="1")
+    for k in ("ASRKIT_BACKEND", "ASRKIT_RECIPE_CMD"):
+        env.pop(k, None)
+    cmd = ["bash", "../../TEMPLATE/asr1/asr.sh", "--corpus", "kaldi", "--corpus_dir", str(FIX), "--corpus_name", "mine",
+           "--prepare_args", f"--wav-root {FIX}", "--train_sets", "train", "--test_sets", "test",
+           "--train_config", "conf/train_smoke.yaml", "--lm_order", "1", "--nj", "1",
+           "--decode_args", "decode.method=wfst decode.lm=data/lm/graph_letters_1gram decode.lm_weight=0.5"]
+    p = subprocess.run(cmd, cwd=d, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-5000:]
+    assert len(read_jsonl(d / "data" / "manifests" / "mine_cuts_train.jsonl.gz")) == 12
+    exp = d / "exp" / "train_smoke"
+    assert "  corpus: mine\n" in (exp / "config.yaml").read_text()
+    wer = json.loads((exp / "decode_test" / "wer.json").read_text())
+    assert wer["overall"]["snt"] == 7 and wer["normalizer"]["name"] == "librispeech"
+    assert (exp / "RESULTS.md").is_file()
