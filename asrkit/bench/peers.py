@@ -404,7 +404,8 @@ def write_asrkit_manifests(data: Path, parts: list[str], manifest_dir: Path, cor
 _WRAP = (
     "import json,resource,subprocess,sys,time\n"
     "t=time.time();rc=subprocess.call(sys.argv[2:]);w=time.time()-t\n"
-    "json.dump({'rc':rc,'start':t,'wall_s':w,'peak_rss_bytes':resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss*1024},"
+    "u=resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+    "json.dump({'rc':rc,'start':t,'wall_s':w,'peak_rss_bytes':u.ru_maxrss*1024,'cpu_s':u.ru_utime+u.ru_stime},"
     "open(sys.argv[1],'w'))\n"
 )
 
@@ -692,7 +693,12 @@ def format_table(res: dict) -> str:
         e_aps = None if not (e_ps and e_tt) else e_ps * res["steps"] / e_tt
         a_cmd = ai["audio_seconds"] / a["train"]["wall_s"]
         e_cmd = None if not e_ps else e_ps * res["steps"] / e["train"]["wall_s"]
+        a_cpu, e_cpu = a["train"].get("cpu_s"), e["train"].get("cpu_s")
         rows = [
+            ("training: CPU-s per step (whole training command, all threads; robust to other load)",
+             None if a_cpu is None else a_cpu / res["steps"], None if e_cpu is None else e_cpu / res["steps"], ".2f"),
+            ("training: audio-s per CPU-s (whole training command)", None if a_cpu is None else ai["audio_seconds"] / a_cpu,
+             None if not (e_cpu and e_ps) else e_ps * res["steps"] / e_cpu, ".1f"),
             ("training: audio-s per wall-s (training steps only)", a_aps, e_aps, ".1f"),
             ("training: audio-s per wall-s (whole command: start-up, validation, checkpoints)", a_cmd, e_cmd, ".1f"),
             ("training: audio-s per step", a_ps, e_ps, ".1f"),
@@ -708,6 +714,9 @@ def format_table(res: dict) -> str:
             au = res["audio_s"][s]
             rows.append((f"decoding RTF {s} (whole command / audio; batch 1)", a["decode"][s]["wall_s"] / au,
                          e["decode"][s]["wall_s"] / au, ".4f"))
+            if "cpu_s" in a["decode"][s] and "cpu_s" in e["decode"][s]:
+                rows.append((f"decoding CPU-s per audio-s {s} (whole command)", a["decode"][s]["cpu_s"] / au,
+                             e["decode"][s]["cpu_s"] / au, ".4f"))
         rows += [
             ("parameters (millions, as each toolkit logs them)", None if a.get("params") is None else a["params"] / 1e6,
              None if e.get("params") is None else e["params"] / 1e6, ".2f"),
