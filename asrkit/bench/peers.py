@@ -1,7 +1,7 @@
 """``peers``: asrkit side by side with ESPnet on the same real data, machine and budget.
 
     tools/peers/espnet/setup.sh                      # ESPnet in its own venv (once)
-    python -m asrkit.bench peers --steps 600 --out docs/results/espnet_side_by_side.md
+    python -m asrkit.bench peers --steps 800 --decode-fraction 0.25 --out table.md   # under the heavy-job lock
     python -m asrkit.bench peers --only relpos       # just the attention micro-benchmark
 
 Both toolkits train a CTC model on the same Kaldi data dirs (default: the speechocean762 recipe's
@@ -787,7 +787,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--sets", nargs="+", default=DEFAULT_SETS, help="test sets (Kaldi dirs under --data)")
     p.add_argument("--decode-fraction", type=float, default=1.0,
                    help="decode a fixed subset of each test set: every round(1/F)-th utterance in sorted order")
-    p.add_argument("--steps", type=int, default=600, help="optimizer steps per toolkit (rounded up to epochs x iters)")
+    p.add_argument("--steps", type=int, default=800, help="optimizer steps per toolkit (rounded up to epochs x iters)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--work", type=Path, help="working dir: data copies, models, logs (default: RECIPE/exp/peers)")
     p.add_argument("--out", type=Path, help="also write the Markdown table here")
