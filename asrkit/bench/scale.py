@@ -347,25 +347,29 @@ def plot(res: dict, path: Path) -> None:
 
     rows = res["rows"]
     n = [r["n"] for r in rows]
-    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.8))
     series = {
-        "Lhotse DynamicBucketingSampler (lazy)": [r["lhotse"] for r in rows],
-        "asrkit bucketing, index cold": [r["bucketing_cold"] for r in rows],
-        "asrkit bucketing, index cached": [r["bucketing_warm"] for r in rows],
-        "asrkit padfree, index cold": [r["padfree_cold"] for r in rows],
-        "asrkit padfree, index cached": [r["padfree_warm"] for r in rows],
+        "Lhotse DynamicBucketingSampler (lazy)": ("lhotse", "C0", "o-"),
+        "asrkit bucketing, index cold": ("bucketing_cold", "C1", "o-"),
+        "asrkit bucketing, index cached": ("bucketing_warm", "C2", "o-"),
+        "asrkit padfree, index cold": ("padfree_cold", "C3", "o--"),
+        "asrkit padfree, index cached": ("padfree_warm", "C4", "o--"),
     }
-    for label, v in series.items():
-        a.plot(n, [_med(x, T) for x in v], "o-", label=label)
-        b.plot(n, [_med(x, "peak_rss_mb") for x in v], "o-", label=label)
-    a.plot(n, [r["lhotse_resume"][T] for r in rows], "s--", label="Lhotse resume at half-epoch")
-    a.plot(n, [r["bucketing_resume"][T] for r in rows], "s--", label="asrkit bucketing resume at half-epoch")
+    for label, (key, color, style) in series.items():
+        a.plot(n, [_med(r[key], T) for r in rows], style, color=color, label=label)
+        b.plot(n, [_med(r[key], "peak_rss_mb") for r in rows], style, color=color, label=label)
+    before = sorted((int(k), v) for k, v in res.get("before", {}).items())
+    if before:
+        label = f"asrkit before ({res.get('before_commit', 'eager cuts')}), bucketing"
+        a.plot([k for k, _ in before], [v[T] for _, v in before], "x-", color="k", label=label)
+        b.plot([k for k, _ in before], [v["peak_rss_mb"] for _, v in before], "x-", color="k", label=label)
+    a.plot(n, [r["lhotse_resume"][T] for r in rows], "s:", color="C0", label="Lhotse: resume at half-epoch")
+    a.plot(n, [r["bucketing_resume"][T] for r in rows], "s:", color="C2", label="asrkit: resume at half-epoch")
     prep = [r for r in rows if r.get("prepare")]
-    if prep:
-        a.plot([r["n"] for r in prep], [r["prepare"][T] for r in prep], "^:", label="stage 1 prepare")
-        b.plot([r["n"] for r in prep], [r["prepare"]["peak_rss_mb"] for r in prep], "^:", label="stage 1 prepare")
-    a.plot(n, [r["check"][T] for r in rows], "v:", label="stage 2 audio check (* extrapolated)")
-    b.plot(n, [r["check"]["peak_rss_mb"] for r in rows], "v:", label="stage 2 audio check")
+    for ax, key in ((a, T), (b, "peak_rss_mb")):
+        if prep:
+            ax.plot([r["n"] for r in prep], [r["prepare"][key] for r in prep], "^-.", color="C5", label="stage 1 prepare")
+        ax.plot(n, [r["check"][key] for r in rows], "v-.", color="C6", label="stage 2 audio check (sampled > 10 k)")
     for ax, yl in ((a, "CPU seconds"), (b, "peak RSS per process (MB)")):
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -373,7 +377,9 @@ def plot(res: dict, path: Path) -> None:
         ax.set_ylabel(yl)
         ax.grid(True, which="both", alpha=0.3)
     a.legend(fontsize=7)
-    fig.suptitle(f"asrkit data stages at LibriSpeech 960 h's size ({res['cpu']})", fontsize=10)
+    b.set_title("sampler start-up to the first batch; stages 1-2 (memory)", fontsize=9)
+    a.set_title("sampler start-up to the first batch; resume; stages 1-2 (CPU)", fontsize=9)
+    fig.suptitle(f"asrkit data stages at LibriSpeech 960 h's size ({res['cpu']}, 2 shared cores)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
