@@ -163,6 +163,8 @@ def _ranks_once(corpus, tmp_path, monkeypatch, nproc: int, kind: str):
     for epoch, ids in seen.items():
         assert sorted(ids) == want, (nproc, kind, epoch)  # every utterance once, none twice
     assert H.info(exp)["unequal_epochs"] == 0
+    if nproc > 1:  # rank 0 indexed the manifests first; the others read its cache
+        assert "training utterances from the index" in (exp / "logs" / f"train.rank{nproc - 1}.log").read_text()
 
 
 @pytest.mark.parametrize("nproc", [1, 2, 4, 8])  # 8 forked ranks: ~10 s on 2 cores, in the default suite
