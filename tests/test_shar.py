@@ -127,3 +127,30 @@ def test_kill9_and_rerun_trains_on_the_same_batches(corpus, tmp_path, monkeypatc
     by_pos = lambda recs: {(r["epoch"], r["batch"]): r["ids"] for r in recs}  # noqa: E731 (later ones win)
     assert by_pos(_records(exp)) == by_pos(_records(ref))  # the same batches at every position
     assert H.bitwise_equal(H.last_params(exp), H.last_params(ref))
+
+
+def test_stage2_streamed_check_raises_or_skips_and_shards_only_readable_audio(tmp_path, capsys):
+    """The audio check streams the manifest (no fbank asked for): an unreadable file fails stage 2
+    naming the utterance, or with --on-bad skip is dropped from the rewritten manifest and from the
+    shards."""
+    from lhotse import CutSet
+
+    from asrkit.data import cuts
+    from asrkit.data.manifests import load_cuts
+
+    c = H.build_corpus(tmp_path / "c", n_train=8, n_dev=1)
+    uid = H.train_ids(c)[3]
+    H.corrupt_audio(c, [uid])
+    args = ["--corpus", "fx", "--manifest-dir", str(c["manifests"]), "--parts", "train", "--num-jobs", "2",
+            "--shar-dir", str(tmp_path / "shar"), "--shar-parts", "train", "--shar-shard-size", "3"]
+    assert cuts.main(args) == 1
+    err = capsys.readouterr().err
+    assert f"1 utterance(s) of fx/train have unreadable audio:\n  {uid}: cannot load audio" in err and "--on-bad skip" in err
+    assert not (tmp_path / "shar").exists()  # nothing written for a failed part
+    assert cuts.main(args + ["--on-bad", "skip"]) == 0
+    assert "fx/train: 7 utterances with readable audio, 1 dropped" in capsys.readouterr().out
+    kept = [x.id for x in load_cuts(c["manifests"], "fx", "train")]
+    assert len(kept) == 7 and uid not in kept
+    assert (c["manifests"] / "fx_bad_audio_train.txt").read_text().startswith(f"{uid}\t")
+    assert [x.id for x in CutSet.from_shar(in_dir=tmp_path / "shar" / "fx_train")] == kept
+    assert json.loads((tmp_path / "shar" / "fx_train.json").read_text())["shards"][-1]["utterances"] == 1

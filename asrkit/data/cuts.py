@@ -124,6 +124,16 @@ def _store_speed_copies(store, cuts, corpus: str, part: str, factors: list, num_
         print(f"{corpus}/{sp}: fbank stored: {store.save(copies, feats, corpus, sp)}")
 
 
+class _Readable:
+    """Filter of the cuts whose audio decodes (a class, not a lambda: Lhotse's lazy filters pickle it)."""
+
+    def __init__(self, bad: dict):
+        self.bad = bad
+
+    def __call__(self, cut) -> bool:
+        return cut.id not in self.bad
+
+
 def _count_lines(path: Path) -> int:
     """Non-empty lines of a (gzipped) JSONL manifest: its number of cuts, without building them."""
     n = 0
@@ -196,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
             logger.warning("%s/%s: dropping %d utterances with unreadable audio:\n  %s", args.corpus, part, len(bad), listing)
             with atomic_write(args.manifest_dir / f"{args.corpus}_bad_audio_{part}.txt") as f:
                 f.writelines(f"{k}\t{v}\n" for k, v in bad.items())
-            kept = cuts.filter(lambda c: c.id not in bad)
+            kept = cuts.filter(_Readable(bad))
             with atomic_path(manifest_path(args.manifest_dir, args.corpus, "cuts", part)) as tmp:
                 kept.to_file(tmp)
             cuts = kept.to_eager() if feats is not None else kept
