@@ -49,7 +49,8 @@ def _manifest(path, n: int, seed: int = 0) -> None:
             uid = f"{100 + i // 50}-{1000 + i // 50}-{i % 50:04d}"
             d = float(rng.choice([0.2, 1.5, 5.0, 10.5, 12.0, 16.0, 24.5]))
             rec = Recording(uid, [AudioSource("file", [0], f"/LibriSpeech/x/{uid}.flac")], 16000, int(d * 16000), d)
-            text = " ".join(rng.choice(["THE", "AND", "OF", "TO", "A", "IT'S", "NAÏVE", "7"], size=int(rng.integers(0, 40))))
+            text = " ".join(rng.choice(["THE", "AND", "OF", "TO", "A", "IT'S", "NAÏVE", "7", "ROCK`N", "Q&A"],
+                                       size=int(rng.integers(0, 40))))
             sup = SupervisionSegment(uid, uid, 0.0, d, channel=0, text=text, speaker=uid[:3])
             f.write(json.dumps(MonoCut(uid, 0.0, d, 0, supervisions=[sup], recording=rec).to_dict()) + "\n")
 
@@ -72,6 +73,10 @@ def test_index_is_compact_and_builds_cuts_only_for_batches(tmp_path, monkeypatch
     ref, stats = filter_cuts(load_manifest(path), tok, fc, 3, 0.3, 20.0)
     assert len(idx) == len(ref) and idx.drop_stats.counts == stats.counts and len(stats.counts) >= 3
     assert fingerprints(idx, tok) == fingerprints(ref, tok)
+    from asrkit.tokenizer import alphabet_report
+
+    texts = [(c.id, " ".join(s.text for s in c.supervisions if s.text)) for c in ref]
+    assert idx.alphabet.to_dict() == alphabet_report(texts).to_dict() and idx.alphabet.utterances > 0
     assert idx.nbytes() / len(idx) < 250  # bytes per utterance (Lhotse cut objects: ~4 KB)
     built = []
     orig = cut_index.CutIndex.get

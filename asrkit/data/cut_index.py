@@ -200,7 +200,7 @@ class CutIndex(CutTable):
                     if why is not None:
                         stats.add(why, cid)
                         continue
-                    if text.isascii() and not _DIGIT.search(text):  # nothing outside a-z ' (the usual case)
+                    if text.isascii() and not _DIGIT.search(text):  # nothing outside a-z ' (the usual case): no report
                         alphabet.total += 1
                     else:
                         alphabet.add(cid, text)
@@ -287,7 +287,7 @@ def train_drop_reason(tokenizer, hop: float, frontend_stride: int, min_duration:
     return reason
 
 
-_DIGIT = re.compile(r"[0-9]")
+_DIGIT = re.compile(r"[0-9`]")  # (the one ASCII character folded to another: ` -> ')
 _WORD = re.compile(r"[a-z']+")
 _REPEAT = re.compile(r"(.)(?=\1)", re.S)
 
