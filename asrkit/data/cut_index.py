@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 #: manifest lines per compressed block (a cut costs one block's decompression, ~10 us)
 BLOCK = 32
 #: version of the cached index files (bump when their content or the filter rules change)
-INDEX_VERSION = 3
+INDEX_VERSION = 4
 
 
 def _num_frames_vec(num_samples: np.ndarray, sample_rate: np.ndarray, hop: float) -> np.ndarray:
