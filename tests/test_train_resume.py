@@ -250,3 +250,19 @@ def test_grad_accumulation_and_mixed_precision(corpus, tmp_path, monkeypatch):
 def _update(init: dict, final: dict) -> dict:
     """Per-tensor change of the parameters over a run (float64, flattened)."""
     return {k: (final[k].double() - init[k].double()).flatten() for k in init}
+
+
+def test_keys_added_since_a_checkpoint_do_not_stop_its_resume():
+    """A checkpoint written before a key existed (train.init_from, the augment section, ...)
+    resumes when the key is at its default, and not when it is set to something else (seen: a
+    run of this session's recipe refused to resume after an update added data.shar_dir)."""
+    from asrkit.config import Config, to_dict
+    from asrkit.training.state import config_changes
+
+    new = to_dict(Config())
+    old = {sec: dict(v) for sec, v in new.items() if sec != "augment"}
+    del old["train"]["init_from"], old["data"]["shar_dir"]
+    assert config_changes(old, new) == []
+    new["train"]["init_from"] = "exp/pretrained"
+    new["augment"]["speed"] = [0.9, 1.1]
+    assert config_changes(old, new) == ["augment.speed", "train.init_from"]

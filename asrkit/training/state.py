@@ -103,9 +103,14 @@ def _flatten(d: dict, prefix: str = "") -> dict:
 
 
 def config_changes(old: dict, new: dict) -> list[str]:
-    """Keys whose change makes a resume wrong (everything except :data:`RESUMABLE_CHANGES`)."""
+    """Keys whose change makes a resume wrong (everything except :data:`RESUMABLE_CHANGES`). A key
+    the old config lacks (a checkpoint written before asrkit had it) counts as its default value:
+    a new release's new keys, left at their defaults, do not stop a resume."""
+    from asrkit.config import Config, to_dict
+
     a, b = _flatten(old), _flatten(new)
-    changed = [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    default = _flatten(to_dict(Config()))
+    changed = [k for k in sorted(set(a) | set(b)) if a.get(k, default.get(k)) != b.get(k)]
     return [k for k in changed if not any(k == r or k.startswith(r + ".") for r in RESUMABLE_CHANGES)]
 
 
