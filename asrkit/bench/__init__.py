@@ -3,6 +3,8 @@
     python -m asrkit.bench pos_enc [--quick] [--out bench.md]     # cost of every positional encoding
     python -m asrkit.bench transcribe --model PKG --recipe DIR     # transcribe / ONNX / sherpa-onnx figures
     python -m asrkit.bench train --recipe egs/mini/asr1             # input pipeline vs model: throughput, FLOP use
+    python -m asrkit.bench peers --steps 800                        # side by side with ESPnet (tools/peers/espnet)
+    python -m asrkit.bench scale [--sizes 10000,281241]             # data stages 1-4 at LibriSpeech 960 h's size
 
 Speed targets live here, not in the test suite. A benchmark that measures in fresh processes
 runs its workers as ``python -m asrkit.bench --worker <module>:<function> <json spec>``.
@@ -19,6 +21,8 @@ BENCHMARKS: dict[str, str] = {
     "pos_enc": "asrkit.bench.pos_enc",
     "transcribe": "asrkit.bench.transcribe",
     "train": "asrkit.bench.train",
+    "peers": "asrkit.bench.peers",
+    "scale": "asrkit.bench.scale",
 }
 
 

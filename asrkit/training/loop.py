@@ -29,7 +29,8 @@ from asrkit.tokenizer import load_tokenizer
 from asrkit.training import TrainingError
 from asrkit.training.bad_steps import BadSteps, nonfinite_utterances
 from asrkit.training.checkpointing import Checkpointer
-from asrkit.training.distributed import ACTIVITY, DistInfo, all_reduce_sum, broadcast_object, check_same, digest, wrap_ddp
+from asrkit.training.distributed import (ACTIVITY, DistInfo, all_reduce_sum, barrier, broadcast_object, check_same, digest,
+                                         wrap_ddp)
 from asrkit.training.inputs import alphabet_check, bad_audio_message, load_data, make_loader, n_utts, rng_untouched, stand_in_batch, to_device
 from asrkit.training.init_from import init_weights
 from asrkit.training.monitor import Monitor
@@ -51,7 +52,13 @@ class Trainer:
         self.seed = int(broadcast_object(cfg.train.seed))
         check_same("the resolved config (digest)", digest(dump_config(cfg)))
         self.tokenizer = load_tokenizer(cfg.tokens.path)
+        # rank 0 indexes the training manifests first (asrkit.data.cut_index, cached next to them): the
+        # other ranks then read its cache instead of each reading every manifest line again
+        if dist_info.distributed and not dist_info.is_main:
+            barrier()
         self.train_cuts, self.drop_stats, self.dev_cuts = load_data(cfg, self.tokenizer)
+        if dist_info.distributed and dist_info.is_main:
+            barrier()
         self.alphabet = alphabet_check(self.train_cuts, self.tokenizer, cfg, warn=dist_info.is_main)
         self.fingerprints = fingerprints(self.train_cuts, self.tokenizer)
         check_same("the training data (fingerprints of utterances, transcripts, tokenizer)", self.fingerprints)
