@@ -211,7 +211,7 @@ def espnet_config(cfg, *, epochs: int, iters_per_epoch: int, typical_frames: int
         f"frontend at frontend.dropout ({cfg.frontend.dropout:g})",
         "features: asrkit Kaldi-compatible fbank (Lhotse, povey window); ESPnet's default frontend (STFT, hann "
         f"window, n_fft {conf['frontend_conf']['n_fft']}, log-mel): same {f.n_mels} mels, 25 ms / 10 ms",
-        "batches: asrkit Lhotse DynamicBucketingSampler, at most data.max_duration seconds per batch; ESPnet "
+        "batches: asrkit's BucketingSampler (duration buckets), at most data.max_duration seconds per batch; ESPnet "
         "batch_type length with batch_bins = max_duration x 16000 (samples, padded, + letters), the batch that "
         "crosses the limit included",
         "tokens: asrkit letters a-z, ' and a word boundary (lower-cased); ESPnet char tokens of the transcripts "

@@ -135,11 +135,12 @@ def padding_fractions(cuts, max_duration: float, seed: int = 0, hop: float = 0.0
     cut metadata only (frames at ``hop``; padding-free: frames after hop choice and dropping).
 
     Keys: ``padfree`` (:class:`PadFreeSampler`), ``lhotse_bucketing_default`` (Lhotse
-    ``DynamicBucketingSampler`` with its default settings, shuffled), ``asrkit_bucketing`` (as
-    ``make_sampler`` configures it for ``data.sampler: bucketing``), ``simple_shuffled`` (Lhotse
+    ``DynamicBucketingSampler`` with its default settings, shuffled), ``asrkit_bucketing``
+    (:class:`asrkit.data.batching.BucketingSampler`, what ``data.sampler: bucketing`` trains with), ``simple_shuffled`` (Lhotse
     ``SimpleCutSampler``, shuffled)."""
     from lhotse.dataset import DynamicBucketingSampler, SimpleCutSampler
 
+    from asrkit.data.batching import BucketingSampler
     from asrkit.data.features import num_frames
     from asrkit.data.padfree import PadFreeSampler, plan_batch
 
@@ -161,9 +162,7 @@ def padding_fractions(cuts, max_duration: float, seed: int = 0, hop: float = 0.0
         warnings.filterwarnings("ignore", message=".*eagerly read CutSet.*")
         samplers = {
             "lhotse_bucketing_default": DynamicBucketingSampler(cuts, max_duration=max_duration, shuffle=True, seed=seed),
-            "asrkit_bucketing": DynamicBucketingSampler(cuts, max_duration=max_duration, num_buckets=num_buckets,
-                                                        shuffle=True, drop_last=True, seed=seed,
-                                                        buffer_size=max(10000, len(cuts))),
+            "asrkit_bucketing": BucketingSampler(cuts, max_duration=max_duration, num_buckets=num_buckets, seed=seed),
             "simple_shuffled": SimpleCutSampler(cuts, max_duration=max_duration, shuffle=True, seed=seed),
         }
     for name, s in samplers.items():
@@ -175,7 +174,7 @@ def padding_fractions(cuts, max_duration: float, seed: int = 0, hop: float = 0.0
 def format_padding_table(res: dict[str, dict], where: str, max_duration: float) -> str:
     names = {"padfree": "padding-free (PadFreeSampler + variable hop)",
              "lhotse_bucketing_default": "Lhotse DynamicBucketingSampler, defaults (10 buckets), shuffled",
-             "asrkit_bucketing": "DynamicBucketingSampler as asrkit configures it (30 buckets)",
+             "asrkit_bucketing": "asrkit's BucketingSampler (data.sampler: bucketing, 30 buckets), shuffled",
              "simple_shuffled": "Lhotse SimpleCutSampler, shuffled"}
     lines = [f"Padding in one epoch: {where}; max_duration {max_duration:g} s per batch; frames at a 10 ms hop.", "",
              "| sampler | batches | utts/batch | computed frames | padding frames | padding % |",
