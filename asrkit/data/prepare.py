@@ -13,6 +13,12 @@ Corpus-specific options of the CLI (an option given for another corpus is an err
   ``--keep-train-punctuation`` (training transcripts as the test ones: Kaldi's tokens with the
   marks resolved, instead of the CAPE setting's words of letters and apostrophes),
   ``--no-verify-audio`` (read only the headers), ``--lm-text`` (also write the LM text).
+* Your own data, ``kaldi`` (every part a Kaldi data dir ``<corpus-dir>/<part>``) and ``lhotse``
+  (Lhotse manifests in ``<corpus-dir>``; :mod:`asrkit.data.kaldi`): ``--name`` (the corpus name
+  in the manifests and reports), ``--wav-root`` (what relative audio paths are relative to;
+  default: the current directory), ``--sample-rate`` (16000; other rates are an error).
+* speechocean762: ``--kaldi-out`` (the split as Kaldi data dirs, default ``<out>/../kaldi``),
+  ``--longform-dir`` (the joined long-form WAV files, default ``<out>/../longform``).
 * TED-LIUM 2/3: ``--pad-segments`` (widen training segments by 0.15 s / 0.1 s as Kaldi's recipe
   does), ``--keep-unk`` (keep ``<unk>`` in the transcripts).
 
@@ -38,6 +44,9 @@ CORPORA: dict[str, str] = {
     "wsj": "asrkit.data.wsj:prepare",
     "tedlium2": "asrkit.data.tedlium:prepare_v2",
     "tedlium3": "asrkit.data.tedlium:prepare_v3",
+    "speechocean762": "asrkit.data.speechocean762:prepare",
+    "kaldi": "asrkit.data.kaldi:prepare_kaldi",
+    "lhotse": "asrkit.data.kaldi:prepare_lhotse",
 }
 
 
@@ -64,6 +73,11 @@ _CORPUS_OPTIONS: dict[str, tuple[str, ...]] = {
     "lm_text": ("wsj",),
     "pad_segments": ("tedlium2", "tedlium3"),
     "keep_unk": ("tedlium2", "tedlium3"),
+    "name": ("kaldi", "lhotse"),
+    "wav_root": ("kaldi", "lhotse"),
+    "sample_rate": ("kaldi", "lhotse"),
+    "kaldi_out": ("speechocean762",),
+    "longform_dir": ("speechocean762",),
 }
 
 
@@ -107,6 +121,14 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--pad-segments", action="store_true",
                    help="widen training segments by 0.15 s / 0.1 s as Kaldi's recipe does (overlaps meet halfway)")
     g.add_argument("--keep-unk", action="store_true", help="keep <unk> in the transcripts")
+    g = p.add_argument_group("kaldi / lhotse only (your own data: asrkit.data.kaldi)")
+    g.add_argument("--name", default=None, help="corpus name of the manifests (default: kaldi / lhotse)")
+    g.add_argument("--wav-root", type=Path, default=None,
+                   help="relative audio paths are relative to this directory (default: the current one)")
+    g.add_argument("--sample-rate", type=int, default=16000, help="the audio's sampling rate (other rates are an error)")
+    g = p.add_argument_group("speechocean762 only")
+    g.add_argument("--kaldi-out", type=Path, default=None, help="also write the split as Kaldi data dirs here (default: OUT/../kaldi)")
+    g.add_argument("--longform-dir", type=Path, default=None, help="where the long-form WAV files go (default: OUT/../longform)")
     args = p.parse_args(argv)
     for dest, corpora in _CORPUS_OPTIONS.items():
         if getattr(args, dest) != p.get_default(dest) and args.corpus not in corpora:
@@ -125,12 +147,17 @@ def main(argv: list[str] | None = None) -> int:
                       verify_audio=not args.no_verify_audio, lm_text=args.lm_text)
     elif args.corpus.startswith("tedlium"):
         kwargs.update(pad_segments=args.pad_segments, keep_unk=args.keep_unk)
+    elif args.corpus in ("kaldi", "lhotse"):
+        kwargs.update(name=args.name or args.corpus, wav_root=args.wav_root, sample_rate=args.sample_rate)
+    elif args.corpus == "speechocean762":
+        kwargs.update(kaldi_out=args.kaldi_out, longform_dir=args.longform_dir)
     try:
         cuts = prep(**kwargs)
     except _data_errors() as e:  # the corpus on disk is at fault: one line naming the file
         logger.debug("asrkit prepare failed", exc_info=True)
         print(f"asrkit prepare: error: {args.corpus}: {e}", file=sys.stderr)
         return 1
+    name = args.name or args.corpus
     for part, cs in cuts.items():
-        print(f"{args.corpus} {part}: {len(cs)} utterances, {sum(c.duration for c in cs) / 3600:.2f} h")
+        print(f"{name} {part}: {len(cs)} utterances, {sum(c.duration for c in cs) / 3600:.2f} h")
     return 0

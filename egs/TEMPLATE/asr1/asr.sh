@@ -15,8 +15,12 @@ set -euo pipefail
 # ---- options (all may be given as --name value or --name-value; unknown ones are errors)
 stage=1
 stop_stage=6
-corpus=            # name known to `asrkit prepare` (mini, librispeech, wsj, tedlium2, tedlium3)
+corpus=            # name known to `asrkit prepare` (mini, librispeech, wsj, tedlium2, tedlium3, speechocean762),
+                   # or your own data: kaldi (every set a Kaldi data dir <corpus_dir>/<set>) | lhotse (Lhotse
+                   # manifests in <corpus_dir>; see asrkit/data/kaldi.py)
 corpus_dir=        # where the corpus lies (mini: where it is synthesized)
+corpus_name=       # the name in manifests, configs and reports (default: --corpus; kaldi/lhotse: name your data)
+score_norm=        # scoring normalizer (default: the corpus' own; kaldi/lhotse: librispeech = upper-case + whitespace)
 train_sets=        # space-separated parts
 dev_set=
 test_sets=
@@ -26,6 +30,8 @@ on_bad=raise       # stage 2, audio that does not decode: raise | skip (drop tho
 feats=stored       # stored: stage 2 computes the fbank of the train and dev sets once (data/fbank), training
                    # reads it (padded pipeline; padfree computes its own) | on_the_fly: every epoch
 manifest_dir=data/manifests
+shar_dir=          # non-empty: stage 2 also writes the training sets as Lhotse Shar shards there, and
+                   # training reads them (data.shar_dir: each rank its own shards, sequentially; for clusters)
 token_type=letters # letters | bpe | unigram
 nbpe=256
 token_fold=none    # none | ascii: fold accented letters to ASCII before tokenizing (CAFÉ -> CAFE); scoring folds refs alike
@@ -44,7 +50,7 @@ num_nodes=1        # >1: multi-node through cmd.sh's backend
 nj=2
 force=false        # true: rerun stages even if their .done marker exists
 
-__asrkit_opts="stage stop_stage corpus corpus_dir train_sets dev_set test_sets longform_sets prepare_args on_bad feats manifest_dir token_type nbpe token_fold train_config train_args expdir tag decode_args checkpoint average_num average_by lm_order lm_text ngpu num_nodes nj force"
+__asrkit_opts="stage stop_stage corpus corpus_dir corpus_name score_norm train_sets dev_set test_sets longform_sets prepare_args on_bad feats manifest_dir shar_dir token_type nbpe token_fold train_config train_args expdir tag decode_args checkpoint average_num average_by lm_order lm_text ngpu num_nodes nj force"
 __asrkit_append_opts="prepare_args"
 # how to rerun this recipe from its directory, for the remedies that error messages print
 # (run.sh exports its own command line; called directly, this script's)
@@ -73,6 +79,12 @@ done
 [ -f cmd.sh ] && . ./cmd.sh
 : "${train_cmd:=}"
 
+corpus_name=${corpus_name:-$corpus}
+[[ "$corpus_name" =~ ^[A-Za-z0-9][A-Za-z0-9._-]*$ ]] || { echo "$0: --corpus_name '$corpus_name': use letters, digits, '.', '_' and '-'" >&2; exit 2; }
+if [ "$corpus" = kaldi ] || [ "$corpus" = lhotse ]; then
+    score_norm=${score_norm:-librispeech}  # hypotheses are upper-case; references of your data may not be
+    prepare_args="--name $corpus_name${prepare_args:+ $prepare_args}"
+fi
 tag=${tag:-$(basename "${train_config%.*}")}
 expdir=${expdir:-exp/${tag}}
 token_file=data/tokens/${token_type}$([ "$token_type" = letters ] || echo "$nbpe")$([ "$token_fold" = none ] || echo "_$token_fold").json
@@ -97,16 +109,17 @@ if run_stage 1 $markers "data"; then
 fi
 
 if run_stage 2 $markers "manifests: audio check, stored fbank, long-form windows"; then
-    fbank=(); [ "$feats" = stored ] && fbank=(--fbank-parts $train_sets $dev_set --train-config "$train_config" --train-args "$train_args")
+    fbank=(); [ "$feats" = stored ] && fbank=(--fbank-parts $train_sets $dev_set --speed-parts $train_sets --train-config "$train_config" --train-args "$train_args")
+    [ -n "$shar_dir" ] && fbank+=(--shar-dir "$shar_dir" --shar-parts $train_sets)
     # shellcheck disable=SC2086
-    asrkit cuts --corpus "$corpus" --manifest-dir "$manifest_dir" --parts $all_sets --num-jobs "$nj" \
+    asrkit cuts --corpus "$corpus_name" --manifest-dir "$manifest_dir" --parts $all_sets --num-jobs "$nj" \
         --on-bad "$on_bad" ${longform_sets:+--longform $longform_sets} ${fbank[@]+"${fbank[@]}"}
     finish_stage 2 $markers
 fi
 
 tok_markers=$markers/$(basename "${token_file%.json}")  # one marker per tokenizer: several may coexist
 if run_stage 3 "$tok_markers" "tokens ($token_type)"; then
-    cuts=""; for s in $train_sets; do cuts="$cuts $manifest_dir/${corpus}_cuts_${s}.jsonl.gz"; done
+    cuts=""; for s in $train_sets; do cuts="$cuts $manifest_dir/${corpus_name}_cuts_${s}.jsonl.gz"; done
     # shellcheck disable=SC2086
     asrkit tokens --cuts $cuts --kind "$token_type" --vocab-size "$nbpe" --fold "$token_fold" --out "$token_file"
     if [ "$lm_order" -gt 0 ]; then
@@ -132,9 +145,9 @@ if run_stage 4 "$expdir/.done" "train -> $expdir"; then
     trap 'log "stage 4: signal received: training stops at its next step with a checkpoint"' TERM INT USR1
     # shellcheck disable=SC2086
     "${launcher[@]}" train --config "$train_config" --exp-dir "$expdir" \
-        data.corpus="$corpus" data.manifest_dir="$manifest_dir" data.train_sets="$train_sets_yaml" \
+        data.corpus="$corpus_name" data.manifest_dir="$manifest_dir" data.train_sets="$train_sets_yaml" \
         data.dev_set="$dev_set" tokens.kind="$token_type" tokens.path="$token_file" \
-        $([ "$feats" = stored ] || echo data.features=on_the_fly) $train_args || rc=$?
+        $([ "$feats" = stored ] || echo data.features=on_the_fly) ${shar_dir:+data.shar_dir="$shar_dir"} $train_args || rc=$?
     trap - TERM INT USR1
     if [ "$rc" -ne 0 ]; then
         # stopped by a signal (time limit, preemption, Ctrl-C) with a checkpoint: resumable
@@ -150,7 +163,7 @@ fi
 
 decode_sets="$test_sets"
 for s in $longform_sets; do
-    for f in "$manifest_dir/${corpus}_cuts_${s}"-longform*.jsonl.gz; do
+    for f in "$manifest_dir/${corpus_name}_cuts_${s}"-longform*.jsonl.gz; do
         [ -e "$f" ] || continue
         w=${f##*_cuts_}; decode_sets="$decode_sets ${w%.jsonl.gz}"
     done
@@ -167,7 +180,7 @@ if run_stage 5 "$expdir/.done" "decode"; then
 fi
 
 if run_stage 6 "$expdir/.done" "score and report"; then
-    asrkit report "$expdir" --score
+    asrkit report "$expdir" --score ${score_norm:+--norm "$score_norm"}
     # the recipe's RESULTS.md: every scored experiment of this recipe side by side (+ PNG plots)
     scored=(); for d in exp/*/; do [ -f "$d/RESULTS.md" ] && scored+=("${d%/}"); done
     asrkit compare "${scored[@]}" --out . --md-name RESULTS.md > /dev/null
