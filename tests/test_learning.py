@@ -39,7 +39,7 @@ def _check(rows: list[dict], max_wer: float = MAX_WER) -> None:
 def test_ctc_transformer_overfits_speech(speech, tmp_path):
     exp = tmp_path / "ctc"
     ovr = S.overrides(speech, encoder__d_model=96, encoder__n_heads=4, encoder__d_ff=192, encoder__n_layers=3,
-                      optim__lr=0.005, optim__schedule="warmup_cosine", optim__warmup_steps=20, train__max_steps=160)
+                      optim__lr=0.005, optim__schedule="warmup_cosine", optim__warmup_steps=20, train__max_steps=200)
     assert S.train(exp, S.CTC_CONF, ovr) == 0
     _check(S.decode(exp, "decode.method=greedy"))
 

@@ -246,7 +246,7 @@ def _with_stored(cfg, cuts, used, work: Path, num_jobs: int):
 
     d = cfg.data
     ids = {c.id for cs in used for c in cs}
-    sub = cuts.filter(lambda c: c.id in ids).to_eager()
+    sub = CutSet.from_cuts(c for c in cuts if c.id in ids)  # (the compact training index has no filter)
     got, why = FeatureStore.of(d.fbank_dir, cfg.features).attach(sub, d.corpus, d.train_sets)
     where = FeatureStore.of(d.fbank_dir, cfg.features).dir
     if got is None:

@@ -118,7 +118,9 @@ class BucketingSampler(PlannedSampler):
             raise ValueError("BucketingSampler: no utterances to sample from")
         self.max_duration, self.shuffle = float(max_duration), shuffle
         d = self.table.durations
-        nb = max(1, min(int(num_buckets), len(d)))
+        # no bucket smaller than a batch: a bucket holding less than max_duration of audio would give
+        # undersized batches every epoch (a small corpus, or many equal durations split apart)
+        nb = max(1, min(int(num_buckets), len(d), int(float(d.sum()) // self.max_duration)))
         order = np.argsort(d, kind="stable")
         cum = np.cumsum(d[order])
         # bucket k holds the utterances whose cumulative duration (shortest first) is in [k, k+1) x total / nb
