@@ -650,13 +650,9 @@ def _fmt(x: float | None, spec: str = ".2f", unit: str = "") -> str:
 
 
 def _cpu_name() -> str:
-    try:
-        for line in subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout.splitlines():
-            if line.startswith("Model name:"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
+    from asrkit.utils import cpu_model
+
+    return cpu_model() or "unknown CPU"
 
 
 def format_table(res: dict) -> str:

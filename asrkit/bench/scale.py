@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import shutil
 import subprocess
@@ -410,8 +409,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--report", action="store_true", help="only write OUT.md and OUT.png from OUT.json")
     args = p.parse_args(argv)
     args.stages = [s for s in args.stages.split(",") if s]
-    cpu = next((ln.split(":", 1)[1].strip() for ln in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
-                if ln.startswith("Model name")), platform.processor())
+    from asrkit.utils import cpu_model
+
+    cpu = cpu_model()
     out = args.out.with_suffix(".json")
     res = json.loads(out.read_text()) if out.is_file() else {"cpu": cpu, "cores": os.cpu_count(),
                                                              "max_duration": MAX_DURATION, "rows": []}
