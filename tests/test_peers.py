@@ -173,6 +173,9 @@ def test_speed_perturbation_is_given_to_espnet_as_its_preprocessor_effect():
     cfg.augment = SimpleNamespace(speed=[0.9, 1.1], volume=None, noise_prob=0.0, reverb_prob=0.0)
     conf, diffs = peers.espnet_config(cfg, epochs=4, iters_per_epoch=100)
     pre = conf["preprocessor_conf"]
+    # ESPnet 202511's CommonPreprocessor asserts fs > 0 when data_aug_effects is given (it failed
+    # "AssertionError: 0" at asr_train start-up without it, on the speechocean762 recipe's config)
+    assert pre["fs"] == 16000
     assert pre["data_aug_effects"] == [[1.0, "speed_perturb", {"factor": 0.9}], [1.0, "speed_perturb", {"factor": 1.1}]]
     assert pre["data_aug_num"] == [1, 1] and pre["data_aug_prob"] == pytest.approx(2 / 3)
     assert any("speed perturbation [0.9, 1.1]" in d for d in diffs)

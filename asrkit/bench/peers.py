@@ -176,6 +176,7 @@ def espnet_config(cfg, *, epochs: int, iters_per_epoch: int, typical_frames: int
     speed = [float(x) for x in (getattr(aug, "speed", None) or [])]
     if speed:  # asrkit: each epoch each utterance at 1.0 or one of the factors, uniformly
         conf["preprocessor_conf"] = {
+            "fs": sr,  # its data augmentation needs the sample rate (asserts fs > 0)
             "data_aug_effects": [[1.0, "speed_perturb", {"factor": f}] for f in speed],
             "data_aug_num": [1, 1], "data_aug_prob": len(speed) / (len(speed) + 1)}
         diffs.append(f"speed perturbation {speed}: both draw 1.0 or one factor uniformly per utterance and epoch; "
