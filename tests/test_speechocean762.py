@@ -26,6 +26,7 @@ import threading
 from pathlib import Path
 
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -256,3 +257,21 @@ def test_no_corpus_says_how_to_get_it(tmp_path):
     assert p.returncode == 1
     assert f"speechocean762 is not at {tmp_path / 'nowhere'}" in p.stderr and "./run.sh --download true" in p.stderr
     assert not (recipe / "data").exists()
+
+
+def test_pretrained_starts_training_from_another_run(recipe):
+    """``--pretrained EXP``: stage 4 starts from that run's weights (``train.init_from``), and the
+    user's own ``--train_args`` are kept beside it."""
+    p = run(recipe, "--train_config", "conf/train_smoke.yaml", "--nj", "1", "--stage", "4", "--stop_stage", "4",
+            "--tag", "ft", "--train_args", "train.max_steps=2", "--pretrained", "exp/train_smoke")
+    assert p.returncode == 0, p.all[-3000:]
+    src = (recipe / "exp" / "train_smoke").resolve()
+    assert f"initialized from {src}/checkpoints/" in (recipe / "exp" / "ft" / "train.log").read_text()
+    cfg = yaml.safe_load((recipe / "exp" / "ft" / "config.yaml").read_text())
+    assert cfg["train"]["init_from"] == str(src) and cfg["train"]["max_steps"] == 2
+
+
+def test_pretrained_missing_says_what_to_run(tmp_path):
+    p = run(copy_recipe(tmp_path), "--stage", "4", "--pretrained", "nowhere")
+    assert p.returncode == 2 and "--pretrained nowhere does not exist" in p.stderr
+    assert "cd ../../mini/asr1 && ./run.sh" in p.stderr

@@ -10,7 +10,10 @@
 #   ./run.sh --download true               stage 0 first: fetch + check + unpack the corpus into downloads/
 #   ./run.sh --corpus_dir /data/speechocean762   (or SPEECHOCEAN762=... in the environment, db.sh)
 #   ./run.sh --stage 4 --tag alibi --train_args "encoder.pos_enc=alibi"
-# Recipe options (parsed here): --download true|false (default false), --download_sha256 HEX.
+#   ./run.sh --pretrained ../../mini/asr1/exp/train   start from the synthetic model of egs/mini
+#                                          (its recipe run first; train.init_from, README.md)
+# Recipe options (parsed here): --download true|false (default false), --download_sha256 HEX,
+# --pretrained EXP_DIR_OR_CHECKPOINT (added to --train_args as train.init_from=<absolute path>).
 # Every option of ../../TEMPLATE/asr1/asr.sh may be given too (they override the ones set here).
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -20,20 +23,23 @@ export ASRKIT_RECIPE_CMD="./run.sh$(printf ' %q' "$@")"  # how error messages sa
 . "$ASRKIT_ROOT/egs/TEMPLATE/asr1/utils/seeds.sh"
 
 download=false
+pretrained=
 sha256=$SPEECHOCEAN762_SHA256
 corpus_dir=$SPEECHOCEAN762
 args=()
 while [ $# -gt 0 ]; do
     case "$1" in
-    --download|--download_sha256|--download-sha256|--corpus_dir|--corpus-dir)
+    --download|--download_sha256|--download-sha256|--corpus_dir|--corpus-dir|--pretrained)
         [ $# -ge 2 ] || { echo "$0: option $1 needs a value" >&2; exit 2; }
         case "$1" in
         --download) download=$2 ;;
+        --pretrained) pretrained=$2 ;;
         --download_sha256|--download-sha256) sha256=$2 ;;
         *) corpus_dir=$2 ;;
         esac
         shift 2 ;;
     --download=*) download=${1#*=}; shift ;;
+    --pretrained=*) pretrained=${1#*=}; shift ;;
     --download_sha256=*|--download-sha256=*) sha256=${1#*=}; shift ;;
     --corpus_dir=*|--corpus-dir=*) corpus_dir=${1#*=}; shift ;;
     *) args+=("$1"); shift ;;
@@ -77,5 +83,10 @@ recipe=(
     --train_config conf/train.yaml
     --decode_args "decode.method=wfst decode.lm=data/lm/graph_letters_3gram decode.lm_weight=0.5"
 )
+if [ -n "$pretrained" ]; then
+    [ -e "$pretrained" ] || { echo "$0: --pretrained $pretrained does not exist: train the synthetic model first" \
+        "(cd ../../mini/asr1 && ./run.sh; its model is ../../mini/asr1/exp/train), or give another experiment dir or checkpoint" >&2; exit 2; }
+    args+=(--train_args "$(opt_last train_args "" ${args[@]+"${args[@]}"}) train.init_from=$(realpath "$pretrained")")
+fi
 [ "$stage" -ge 1 ] || args+=(--stage 1)  # stage 0 is this script's
 exec "$ASRKIT_ROOT/egs/TEMPLATE/asr1/asr.sh" "${recipe[@]}" ${args[@]+"${args[@]}"}
