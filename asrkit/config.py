@@ -188,6 +188,9 @@ class DecodeConfig:
     lm: str = ""  #: ARPA word LM for prefix beam fusion, or a TLG graph dir for wfst
     lm_weight: float = 0.5  #: LM weight (prefix beam) / LM scale relative to the acoustic scores (wfst)
     word_bonus: float = 0.0
+    #: subtracted from the CTC blank's log-probability of every frame before the search (as icefall's
+    #: and sherpa-onnx's blank_penalty): > 0 trades deletions for insertions; 0 = off
+    blank_penalty: float = 0.0
     #: attention decoding: weight of the CTC prefix score in [0, 1] (joint CTC/attention search);
     #: -1 = the model's own ``decoder.options.search_ctc_weight``
     ctc_weight: float = -1.0

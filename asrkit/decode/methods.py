@@ -128,11 +128,23 @@ def validate_decode_config(cfg) -> None:
         raise ConfigError(f"decode.beam={d.beam} and decode.batch_size={d.batch_size} must be >= 1")
     if d.hop < 0:
         raise ConfigError(f"decode.hop={d.hop} must be >= 0 seconds (0 = the training hop)")
+    if d.blank_penalty < 0:
+        raise ConfigError(f"decode.blank_penalty={d.blank_penalty} must be >= 0 (0 = off)")
     if d.ctc_weight != -1.0 and not 0.0 <= d.ctc_weight <= 1.0:
         raise ConfigError(f"decode.ctc_weight={d.ctc_weight} must be in [0, 1] (or -1: the model's own)")
     if list(d.bins) != sorted(d.bins):
         raise ConfigError(f"decode.bins must be increasing, got {d.bins}")
     DECODE_METHODS[d.method].check_config(cfg)
+
+
+def with_blank_penalty(enc: EncoderOutput, penalty: float) -> EncoderOutput:
+    """The encoder output with ``penalty`` subtracted from the blank's (label 0) CTC log-probability
+    of every frame (``decode.blank_penalty``); the same object when 0 or without a CTC head."""
+    if not penalty or enc.log_probs is None:
+        return enc
+    lp = enc.log_probs.clone()
+    lp[..., 0] -= penalty
+    return dataclasses.replace(enc, log_probs=lp)
 
 
 class Decoder:
@@ -149,7 +161,7 @@ class Decoder:
             enc = self.model.encode(batch["feats"], batch["feat_lens"], batch["times"])
         except NoFramesError as e:
             raise e.naming(batch["ids"]) from None
-        return enc, self.method(enc)
+        return enc, self.method(with_blank_penalty(enc, self.cfg.decode.blank_penalty))
 
     def __call__(self, batch: dict) -> list[str]:
         return self.decode(batch)[1]
