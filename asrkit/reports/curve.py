@@ -47,10 +47,10 @@ def curve_points(exp_dir: Path, set_name: str) -> list[dict[str, Any]]:
     return sorted(points, key=lambda p: p["step"])
 
 
-def format_md(exp_dir: Path, set_name: str, points: list[dict], method: str) -> str:
+def format_md(exp_dir: Path, set_name: str, points: list[dict], method: str, overrides: tuple = ()) -> str:
+    cmd = " ".join(["asrkit curve --exp-dir", str(exp_dir), "--set", set_name, *overrides])
     lines = [f"# WER against training steps: {exp_dir.name}, {set_name}", "",
-             f"Decoding: {method}. WER in % [95 % bootstrap interval over utterances]. "
-             f"Command: `asrkit curve --exp-dir {exp_dir} --set {set_name}`.", "",
+             f"Decoding: {method}. WER in % [95 % bootstrap interval over utterances]. Command: `{cmd}`.", "",
              "| step | WER | sub / del / ins | words | RTF |", "| ---: | ---: | ---: | ---: | ---: |"]
     for p in points:
         iv = f" [{p['low']:.1f}, {p['high']:.1f}]" if p["low"] is not None else ""
@@ -116,10 +116,10 @@ def main(argv: list[str] | None = None) -> int:
                 return rc
     points = curve_points(exp, args.set_name)
     method = next((o.split("=", 1)[1] for o in args.overrides if o.startswith("decode.method=")), "the config's decode.method")
-    (exp / f"curve_{args.set_name}.md").write_text(format_md(exp, args.set_name, points, method))
+    (exp / f"curve_{args.set_name}.md").write_text(format_md(exp, args.set_name, points, method, tuple(args.overrides)))
     (exp / f"curve_{args.set_name}.json").write_text(json.dumps(points, indent=1) + "\n")
     png = plot(points, exp / f"curve_{args.set_name}.png", f"{exp.name}: {args.set_name}")
-    print(format_md(exp, args.set_name, points, method), end="")
+    print(format_md(exp, args.set_name, points, method, tuple(args.overrides)), end="")
     if png:
         print(f"plot: {png}")
     return 0
