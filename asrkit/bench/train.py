@@ -218,6 +218,19 @@ def _config(args):
                               f"{kind}{'' if kind == 'letters' else cfg.tokens.vocab_size}.json")
     if args.workers is not None:
         d.num_workers = args.workers
+    explicit = {o.split("=", 1)[0] for o in args.overrides}
+    if "data.corpus" not in explicit:
+        # the recipe's own corpus (run.sh sets data.corpus, not its conf/train.yaml): the one corpus
+        # with training manifests there, when the config's default has none
+        md, train = Path(d.manifest_dir), d.train_sets[0]
+        if not (md / f"{d.corpus}_cuts_{train}.jsonl.gz").is_file():
+            found = sorted(p.name[: -len(f"_cuts_{train}.jsonl.gz")] for p in md.glob(f"*_cuts_{train}.jsonl.gz"))
+            if len(found) == 1:
+                d.corpus = found[0]
+    if cfg.augment.enabled:
+        # augmentation draws new audio every epoch: the timed passes must see identical batches
+        logger.info("augmentation (augment.*) off for this benchmark: it compares passes over the same batches")
+        cfg.augment.speed, cfg.augment.volume, cfg.augment.noise_prob, cfg.augment.reverb_prob = [], [], 0.0, 0.0
     return cfg
 
 
