@@ -275,3 +275,35 @@ def test_pretrained_missing_says_what_to_run(tmp_path):
     p = run(copy_recipe(tmp_path), "--stage", "4", "--pretrained", "nowhere")
     assert p.returncode == 2 and "--pretrained nowhere does not exist" in p.stderr
     assert "cd ../../mini/asr1 && ./run.sh" in p.stderr
+
+
+def test_synth_hours_mixes_synthetic_speech_of_the_training_text(recipe):
+    """``--synth_hours H`` after the data stages ran: stages 1-2 run again for ``train_synth``
+    alone (espeak-ng speech of the train part's transcripts, speakers ``synth-*``, its fbank
+    stored), training reads ``[train, train_synth]``, and the tokenizer and LM of stage 3 (the
+    real training text's) are left as they were."""
+    arpa = recipe / "data" / "lm" / "3gram.arpa"
+    before = arpa.stat().st_mtime_ns
+    p = run(recipe, "--train_config", "conf/train_smoke.yaml", "--nj", "1", "--stop_stage", "4", "--tag", "mix",
+            "--synth_hours", "0.01")
+    assert p.returncode == 0, p.all[-4000:]
+    assert "stages 1-2 for the new training part(s) train_synth" in p.stdout
+    assert "stage 3 (tokens (letters)): done before" in p.stdout and arpa.stat().st_mtime_ns == before
+    m = recipe / "data" / "manifests"
+    synth = read_jsonl(m / "speechocean762_cuts_train_synth.jsonl.gz")
+    train_text = {" ".join(c["supervisions"][0]["text"].lower().replace(",", " ").replace(".", " ").split())
+                  for c in read_jsonl(m / "speechocean762_cuts_train.jsonl.gz")}
+    sups = [s for c in synth for s in c["supervisions"]]
+    assert sum(c["duration"] for c in synth) >= 0.01 * 3600 * 0.8
+    assert all(s["speaker"].startswith("synth-") for s in sups)
+    spoken = {" ".join(s["text"].lower().split()) for s in sups}
+    assert spoken and all(any(t in u or u in t for u in train_text) for t in spoken), (spoken, train_text)
+    store = next((recipe / "data" / "fbank").iterdir())
+    assert (store / "speechocean762_cuts_train_synth.jsonl.gz").is_file()
+    cfg = yaml.safe_load((recipe / "exp" / "mix" / "config.yaml").read_text())
+    assert cfg["data"]["train_sets"] == ["train", "train_synth"]
+    # the part is made only when asked for, with an amount
+    from asrkit.data.speechocean762 import prepare
+
+    with pytest.raises(ValueError, match="--synth-hours H"):
+        prepare(FIX, recipe / "data" / "manifests", parts=["train_synth"])

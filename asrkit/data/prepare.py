@@ -77,6 +77,8 @@ _CORPUS_OPTIONS: dict[str, tuple[str, ...]] = {
     "wav_root": ("kaldi", "lhotse"),
     "sample_rate": ("kaldi", "lhotse"),
     "kaldi_out": ("speechocean762",),
+    "synth_hours": ("speechocean762",),
+    "synth_dir": ("speechocean762",),
     "longform_dir": ("speechocean762",),
 }
 
@@ -129,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     g = p.add_argument_group("speechocean762 only")
     g.add_argument("--kaldi-out", type=Path, default=None, help="also write the split as Kaldi data dirs here (default: OUT/../kaldi)")
     g.add_argument("--longform-dir", type=Path, default=None, help="where the long-form WAV files go (default: OUT/../longform)")
+    g.add_argument("--synth-hours", type=float, default=0.0,
+                   help="hours of espeak-ng speech of the train part's transcripts, part train_synth (default 0: not made)")
+    g.add_argument("--synth-dir", type=Path, default=None, help="where train_synth's audio goes (default: OUT/../synth)")
     args = p.parse_args(argv)
     for dest, corpora in _CORPUS_OPTIONS.items():
         if getattr(args, dest) != p.get_default(dest) and args.corpus not in corpora:
@@ -150,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     elif args.corpus in ("kaldi", "lhotse"):
         kwargs.update(name=args.name or args.corpus, wav_root=args.wav_root, sample_rate=args.sample_rate)
     elif args.corpus == "speechocean762":
-        kwargs.update(kaldi_out=args.kaldi_out, longform_dir=args.longform_dir)
+        kwargs.update(kaldi_out=args.kaldi_out, longform_dir=args.longform_dir, synth_hours=args.synth_hours,
+                      synth_dir=args.synth_dir)
     try:
         cuts = prep(**kwargs)
     except _data_errors() as e:  # the corpus on disk is at fault: one line naming the file

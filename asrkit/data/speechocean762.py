@@ -17,7 +17,13 @@ importer, relative paths resolved against the corpus root). The parts:
   of 20-45 s (:func:`group_20_45`: contiguous groups, each 20-45 s, as equal as possible; a
   speaker with less than 20 s has none); the audio files are concatenated as they are, so the
   real pauses (each file's own leading and trailing silence) stay;
-* ``test_session``: each test speaker's utterances joined into one recording, the whole session.
+* ``test_session``: each test speaker's utterances joined into one recording, the whole session;
+* ``train_synth`` (made only when asked for, with ``synth_hours`` > 0): synthetic speech of the
+  ``train`` part's transcripts (:mod:`asrkit.data.synth`: espeak-ng, its many voices and random
+  prosody, every sentence cycled in a seeded order until ``synth_hours`` of audio), written in
+  LibriSpeech's layout under ``synth_dir`` (default ``<out>/../synth``) and imported with Lhotse's
+  ``prepare_librispeech``; speaker ids are prefixed ``synth-``. Train on ``train train_synth`` to
+  mix it in (the recipe's ``--synth_hours H``).
 
 The long-form recordings are written as 16-bit WAV under ``longform_dir`` (default
 ``<out>/../longform/<part>/``), each with one supervision: the utterances' texts joined by
@@ -41,12 +47,14 @@ from typing import Optional, Sequence
 from lhotse import CutSet, Recording, RecordingSet, SupervisionSegment, SupervisionSet
 
 from asrkit.data.kaldi import ImportDataError, import_kaldi_dir, read_table
-from asrkit.data.manifests import prepare_parts, write_part
+from asrkit.data.manifests import manifest_path, prepare_parts, write_part
 from asrkit.utils import atomic_path
 
 logger = logging.getLogger(__name__)
 
 PARTS = ("train", "dev", "test", "test_longform", "test_session")
+#: the optional part of synthetic speech of the training text (``synth_hours`` > 0)
+SYNTH_PART = "train_synth"
 URL = "https://www.openslr.org/resources/101/speechocean762.tar.gz"
 #: children: spk2age below this
 ADULT_AGE = 18
@@ -210,15 +218,40 @@ def write_kaldi_dir(out: Path, recordings: RecordingSet, supervisions: Supervisi
         raise
 
 
+def _synth_part(train_sups: SupervisionSet, synth_dir: Path, hours: float, num_jobs: int) -> tuple[RecordingSet, SupervisionSet]:
+    """``train_synth``: espeak-ng speech of the training transcripts (module docstring)."""
+    from lhotse.recipes import prepare_librispeech
+    from lhotse.utils import fastcopy
+
+    from asrkit.data.librispeech import check_complete
+    from asrkit.data.synth import SynthConfig, normalize_sentence, synthesize_corpus
+
+    text = tuple(t for t in (normalize_sentence(s.text or "") for s in sorted(train_sups, key=lambda s: s.id)) if t)
+    if not text:
+        raise ImportDataError("speechocean762: the train part has no transcript to synthesize")
+    config = SynthConfig(seed=0, train_hours=hours, dev_minutes=0.0, test_minutes=0.0, longform_minutes=0.0,
+                         jobs=num_jobs, train_text=text)
+    libri = synthesize_corpus(synth_dir, config=config)
+    m = prepare_librispeech(libri, dataset_parts=["train"], output_dir=None, num_jobs=num_jobs)["train"]
+    check_complete("speechocean762", libri / "train", m["recordings"])
+    sups = SupervisionSet.from_segments(fastcopy(s, speaker=f"synth-{s.speaker}") for s in m["supervisions"])
+    return m["recordings"], sups
+
+
 def prepare(corpus_dir: Path | str, out_dir: Path | str, parts: Sequence[str] | None = None, num_jobs: int = 2,
-            kaldi_out: Optional[Path | str] = None, longform_dir: Optional[Path | str] = None) -> dict[str, CutSet]:
+            kaldi_out: Optional[Path | str] = None, longform_dir: Optional[Path | str] = None,
+            synth_hours: float = 0.0, synth_dir: Optional[Path | str] = None) -> dict[str, CutSet]:
     """``asrkit prepare speechocean762`` (module docstring)."""
     root = check_corpus(Path(corpus_dir))
     out_dir = Path(out_dir)
     parts = list(parts or PARTS)
-    unknown = [p for p in parts if p not in PARTS]
+    unknown = [p for p in parts if p not in PARTS + (SYNTH_PART,)]
     if unknown:
-        raise ValueError(f"speechocean762: unknown part(s) {', '.join(unknown)}; valid: {', '.join(PARTS)}")
+        raise ValueError(f"speechocean762: unknown part(s) {', '.join(unknown)}; valid: {', '.join(PARTS + (SYNTH_PART,))}")
+    if SYNTH_PART in parts and not synth_hours > 0:
+        raise ValueError(f"speechocean762: part {SYNTH_PART} is synthetic speech of the training text: give its "
+                         "amount with --synth-hours H (e.g. --synth-hours 2.6, as much as the real training audio)")
+    synth_dir = Path(synth_dir) if synth_dir else out_dir.parent / "synth"
     longform_dir = Path(longform_dir) if longform_dir else out_dir.parent / "longform"
     kaldi_out = Path(kaldi_out) if kaldi_out else out_dir.parent / "kaldi"
     made: dict[str, tuple[RecordingSet, SupervisionSet]] = {}
@@ -257,6 +290,14 @@ def prepare(corpus_dir: Path | str, out_dir: Path | str, parts: Sequence[str] | 
             logger.info("speechocean762: Kaldi data dirs of the split in %s", kaldi_out)
 
     def one(part: str) -> CutSet:
+        if part == SYNTH_PART:  # needs the train part's transcripts only: from its manifest when there is one
+            sup_path = manifest_path(out_dir, "speechocean762", "supervisions", "train")
+            if not made and sup_path.is_file():
+                train_sups = SupervisionSet.from_file(sup_path)
+            else:
+                split()
+                train_sups = made["train"][1]
+            return write_part(out_dir, "speechocean762", part, *_synth_part(train_sups, synth_dir, synth_hours, num_jobs))
         split()
         return write_part(out_dir, "speechocean762", part, *made[part])
 

@@ -22,6 +22,8 @@ corpus_dir=        # where the corpus lies (mini: where it is synthesized)
 corpus_name=       # the name in manifests, configs and reports (default: --corpus; kaldi/lhotse: name your data)
 score_norm=        # scoring normalizer (default: the corpus' own; kaldi/lhotse: librispeech = upper-case + whitespace)
 train_sets=        # space-separated parts
+aux_train_sets=    # more training parts that do not feed the tokenizer and LM of stage 3 (e.g. synthetic
+                   # speech: speechocean762's train_synth); given after stages 1-2 ran, those two run for them alone
 dev_set=
 test_sets=
 longform_sets=     # parts to cut into 10..45 s windows (decoded as <part>-longform<W>)
@@ -50,7 +52,7 @@ num_nodes=1        # >1: multi-node through cmd.sh's backend
 nj=2
 force=false        # true: rerun stages even if their .done marker exists
 
-__asrkit_opts="stage stop_stage corpus corpus_dir corpus_name score_norm train_sets dev_set test_sets longform_sets prepare_args on_bad feats manifest_dir shar_dir token_type nbpe token_fold train_config train_args expdir tag decode_args checkpoint average_num average_by lm_order lm_text ngpu num_nodes nj force"
+__asrkit_opts="stage stop_stage corpus corpus_dir corpus_name score_norm train_sets aux_train_sets dev_set test_sets longform_sets prepare_args on_bad feats manifest_dir shar_dir token_type nbpe token_fold train_config train_args expdir tag decode_args checkpoint average_num average_by lm_order lm_text ngpu num_nodes nj force"
 __asrkit_append_opts="prepare_args"
 # how to rerun this recipe from its directory, for the remedies that error messages print
 # (run.sh exports its own command line; called directly, this script's)
@@ -101,7 +103,20 @@ run_stage() {  # run_stage N marker_dir name: true if stage N is to run now
 }
 finish_stage() { mkdir -p "$2"; date > "$2/stage$1.done"; }
 
-all_sets="$train_sets $dev_set $test_sets"
+all_sets="$train_sets${aux_train_sets:+ $aux_train_sets} $dev_set $test_sets"
+aux_new=""  # training-only parts asked for after stage 1 had run: stages 1 and 2 for them alone
+for part in $aux_train_sets; do [ -f "$manifest_dir/${corpus_name}_cuts_${part}.jsonl.gz" ] || aux_new="$aux_new $part"; done
+if [ -n "$aux_new" ] && [ -f "$markers/stage1.done" ] && [ "$force" != true ]; then
+    [ "$stage" -le 2 ] || { echo "$0: no cuts manifest of --aux_train_sets part(s)$aux_new in $manifest_dir: rerun with --stage 1 (stages 1 and 2 then run for them alone)" >&2; exit 2; }
+    log "stages 1-2 for the new training part(s)$aux_new"
+    # shellcheck disable=SC2086
+    asrkit prepare "$corpus" --corpus-dir "$corpus_dir" --out "$manifest_dir" --parts $aux_new --num-jobs "$nj" $prepare_args
+    fbank=(); [ "$feats" = stored ] && fbank=(--fbank-parts $aux_new --speed-parts $aux_new --train-config "$train_config" --train-args "$train_args")
+    # shellcheck disable=SC2086
+    asrkit cuts --corpus "$corpus_name" --manifest-dir "$manifest_dir" --parts $aux_new --num-jobs "$nj" \
+        --on-bad "$on_bad" ${fbank[@]+"${fbank[@]}"}
+fi
+
 if run_stage 1 $markers "data"; then
     # shellcheck disable=SC2086
     asrkit prepare "$corpus" --corpus-dir "$corpus_dir" --out "$manifest_dir" --parts $all_sets --num-jobs "$nj" $prepare_args
@@ -109,7 +124,7 @@ if run_stage 1 $markers "data"; then
 fi
 
 if run_stage 2 $markers "manifests: audio check, stored fbank, long-form windows"; then
-    fbank=(); [ "$feats" = stored ] && fbank=(--fbank-parts $train_sets $dev_set --speed-parts $train_sets --train-config "$train_config" --train-args "$train_args")
+    fbank=(); [ "$feats" = stored ] && fbank=(--fbank-parts $train_sets $aux_train_sets $dev_set --speed-parts $train_sets $aux_train_sets --train-config "$train_config" --train-args "$train_args")
     [ -n "$shar_dir" ] && fbank+=(--shar-dir "$shar_dir" --shar-parts $train_sets)
     # shellcheck disable=SC2086
     asrkit cuts --corpus "$corpus_name" --manifest-dir "$manifest_dir" --parts $all_sets --num-jobs "$nj" \
@@ -131,7 +146,7 @@ if run_stage 3 "$tok_markers" "tokens ($token_type)"; then
     finish_stage 3 "$tok_markers"
 fi
 
-train_sets_yaml="[$(echo $train_sets | sed 's/ /, /g')]"
+train_sets_yaml="[$(echo $train_sets $aux_train_sets | sed 's/ /, /g')]"
 if run_stage 4 "$expdir/.done" "train -> $expdir"; then
     mkdir -p "$expdir"
     # backend (cmd.sh): local = this machine (torchrun --nproc_per_node $ngpu when > 1);

@@ -12,8 +12,11 @@
 #   ./run.sh --stage 4 --tag alibi --train_args "encoder.pos_enc=alibi"
 #   ./run.sh --pretrained ../../mini/asr1/exp/train   start from the synthetic model of egs/mini
 #                                          (its recipe run first; train.init_from, README.md)
+#   ./run.sh --synth_hours 2.6 --tag mix   mix espeak-ng speech of the training text (2.6 h, part
+#                                          train_synth, data/synth) into training; tokens and LM stay the real text's
 # Recipe options (parsed here): --download true|false (default false), --download_sha256 HEX,
-# --pretrained EXP_DIR_OR_CHECKPOINT (added to --train_args as train.init_from=<absolute path>).
+# --pretrained EXP_DIR_OR_CHECKPOINT (added to --train_args as train.init_from=<absolute path>),
+# --synth_hours H (> 0: --prepare_args "--synth-hours H" --aux_train_sets train_synth).
 # Every option of ../../TEMPLATE/asr1/asr.sh may be given too (they override the ones set here).
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -24,22 +27,25 @@ export ASRKIT_RECIPE_CMD="./run.sh$(printf ' %q' "$@")"  # how error messages sa
 
 download=false
 pretrained=
+synth_hours=0
 sha256=$SPEECHOCEAN762_SHA256
 corpus_dir=$SPEECHOCEAN762
 args=()
 while [ $# -gt 0 ]; do
     case "$1" in
-    --download|--download_sha256|--download-sha256|--corpus_dir|--corpus-dir|--pretrained)
+    --download|--download_sha256|--download-sha256|--corpus_dir|--corpus-dir|--pretrained|--synth_hours|--synth-hours)
         [ $# -ge 2 ] || { echo "$0: option $1 needs a value" >&2; exit 2; }
         case "$1" in
         --download) download=$2 ;;
         --pretrained) pretrained=$2 ;;
+        --synth_hours|--synth-hours) synth_hours=$2 ;;
         --download_sha256|--download-sha256) sha256=$2 ;;
         *) corpus_dir=$2 ;;
         esac
         shift 2 ;;
     --download=*) download=${1#*=}; shift ;;
     --pretrained=*) pretrained=${1#*=}; shift ;;
+    --synth_hours=*|--synth-hours=*) synth_hours=${1#*=}; shift ;;
     --download_sha256=*|--download-sha256=*) sha256=${1#*=}; shift ;;
     --corpus_dir=*|--corpus-dir=*) corpus_dir=${1#*=}; shift ;;
     *) args+=("$1"); shift ;;
@@ -87,6 +93,10 @@ if [ -n "$pretrained" ]; then
     [ -e "$pretrained" ] || { echo "$0: --pretrained $pretrained does not exist: train the synthetic model first" \
         "(cd ../../mini/asr1 && ./run.sh; its model is ../../mini/asr1/exp/train), or give another experiment dir or checkpoint" >&2; exit 2; }
     args+=(--train_args "$(opt_last train_args "" ${args[@]+"${args[@]}"}) train.init_from=$(realpath "$pretrained")")
+fi
+[[ "$synth_hours" =~ ^[0-9]+([.][0-9]+)?$ ]] || { echo "$0: --synth_hours must be a number of hours >= 0, got '$synth_hours'" >&2; exit 2; }
+if [ "$synth_hours" != 0 ] && [[ ! "$synth_hours" =~ ^0+([.]0+)?$ ]]; then
+    args+=(--prepare_args "--synth-hours $synth_hours" --aux_train_sets train_synth)
 fi
 [ "$stage" -ge 1 ] || args+=(--stage 1)  # stage 0 is this script's
 exec "$ASRKIT_ROOT/egs/TEMPLATE/asr1/asr.sh" "${recipe[@]}" ${args[@]+"${args[@]}"}
