@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The positional-encoding question on real speech: one model per encoding and seed, trained from
+# scratch with this recipe's conf/train.yaml (one config key apart: encoder.pos_enc), the same
+# number of optimizer steps each, decoded with the recipe's TLG graph on the official test set and
+# the real long-form sets, compared with `asrkit compare` (WER with 95 % bootstrap intervals per
+# set and duration bin, mean and spread over seeds, MAPSSWE / sign tests against the baselines).
+# From scratch, not from the synthetic mini model: only ALiBi has a pretrained mini model of this
+# shape, and the question is about the encodings, not about pretraining.
+# Writes exp/pos_compare/{compare.md,compare.json,wer_vs_duration.png}.
+#   ./run_pos_compare.sh [--encodings "nopos sinpos cape cpe relpos rope alibi"] [--seeds "1 2 3"]
+#                        [--steps 1000] [--parallel 2] [--test_sets "test test_longform"]
+# Experiments: exp/pos_<encoding>_seed<N>; a finished model is skipped on a rerun, an interrupted
+# one resumes; one trained with another --steps is refused (utils/budget.sh). NAME+cape trains NAME
+# with CAPE's augmentation of the frame times (encoder.pos.augment=cape).
+# Results of the 2026-11-26 run: docs/results/speechocean762_pos_study.md.
+set -euo pipefail
+cd "$(dirname "$0")"
+encodings="nopos sinpos cape cpe relpos rope alibi"
+seeds="1"
+steps=1000
+baselines="nopos sinpos"
+parallel=2
+test_sets="test test_longform"
+extra_args=
+out=exp/pos_compare
+__asrkit_opts="encodings seeds steps baselines parallel test_sets extra_args out"
+. ../../TEMPLATE/asr1/utils/seeds.sh
+seeds_join "$@"; set -- "${__args[@]}"
+. ../../TEMPLATE/asr1/utils/parse_options.sh
+[ $# -eq 0 ] || { echo "$0: unexpected argument(s): $*" >&2; exit 2; }
+seeds=${seeds//,/ }
+for s in $seeds; do [[ "$s" =~ ^[0-9]+$ ]] || { echo "$0: --seeds: '$s' is not a non-negative integer" >&2; exit 2; }; done
+[[ "$steps" =~ ^[1-9][0-9]*$ ]] || { echo "$0: --steps must be a positive integer, got '$steps'" >&2; exit 2; }
+[[ "$parallel" =~ ^[1-9][0-9]*$ ]] || { echo "$0: --parallel must be a positive integer, got '$parallel'" >&2; exit 2; }
+
+dirs=(); for enc in $encodings; do for seed in $seeds; do dirs+=("exp/pos_${enc}_seed${seed}"); done; done
+. ../../TEMPLATE/asr1/utils/budget.sh
+budget_check "$steps" "${dirs[@]}"
+
+./run.sh --stop_stage 3   # data, features, tokens, LM (skipped when done)
+. ./path.sh
+
+train_one() {
+    local enc=$1 seed=$2 threads=$3 tag=pos_${1}_seed${2} args
+    args="encoder.pos_enc=${enc%%+*} train.max_steps=$steps train.threads=$threads train.seed=$seed"
+    case "$enc" in *+cape) args="$args encoder.pos.augment=cape" ;; esac
+    export OMP_NUM_THREADS=$threads  # decoding: each of the parallel jobs gets its share of the cores
+    { ./run.sh --stage 4 --stop_stage 5 --tag "$tag" --nj 1 --test_sets "$test_sets" \
+        --train_args "$args $extra_args" && asrkit report "exp/$tag" --score; } \
+        > "exp/$tag.log" 2>&1 || { echo "$tag failed: see exp/$tag.log" >&2; return 1; }
+    echo "$(date '+%F %T') $tag: done"
+}
+mkdir -p exp
+threads=$(( $(nproc) / parallel )); [ "$threads" -ge 1 ] || threads=1
+failed=0; running=0
+for enc in $encodings; do
+    for seed in $seeds; do
+        train_one "$enc" "$seed" "$threads" &
+        running=$((running + 1))
+        if [ "$running" -ge "$parallel" ]; then wait -n || failed=1; running=$((running - 1)); fi
+    done
+done
+while [ "$running" -gt 0 ]; do wait -n || failed=1; running=$((running - 1)); done
+[ "$failed" -eq 0 ] || { echo "$0: some models failed (see exp/pos_*.log)" >&2; exit 1; }
+
+base=()
+for b in $baselines; do case " $encodings " in *" $b "*) base+=("pos_$b") ;; esac; done
+asrkit compare "${dirs[@]}" --out "$out" ${base:+--baseline "$(IFS=,; echo "${base[*]}")"} > /dev/null
+echo "tables: $out/compare.md; every figure: $out/compare.json"
