@@ -383,3 +383,30 @@ def test_seed_permutation_p():
     assert seed_permutation_p([1.0, 5.0, 3.0], [4.0, 2.0, 6.0]) > 0.05
     assert seed_permutation_p([2.0, 2.0], [2.0, 2.0]) == 1.0 and seed_permutation_p([1.0], [2.0]) == 0.5
     assert seed_permutation_p([1.0, 2.0], [3.0, 4.0]) == pytest.approx(1 / 6)  # 2 + 2 seeds never reach 0.05
+
+
+def test_seed_groups_ignore_settings_that_do_not_act(tmp_path, caplog):
+    """Seeds of one configuration whose config.yaml differ only where nothing acts are one group:
+    SpecAugment's mask sizes with SpecAugment off in both, a key added to asrkit since one run (at
+    its default in the other), and two spellings of one ``train.init_from`` path. A real difference
+    next to those still splits the group."""
+    base = ("specaug: {{enabled: false, freq_width: {fw}, time_masks: {tm}}}\n"
+            "train: {{seed: {seed}, init_from: {init}}}\n{extra}")
+    a = tmp_path / "run_seed1"
+    b = tmp_path / "run_seed2"
+    c = tmp_path / "c" / "run_seed3"
+    for d, text in ((a, base.format(fw=27, tm=4, seed=1, init="/r/egs/x/asr1/../../mini/asr1/exp/m", extra="")),
+                    (b, base.format(fw=30, tm=10, seed=2, init="/r/egs/mini/asr1/exp/m",
+                                    extra="decode: {blank_penalty: 0.0}\n")),
+                    (c, base.format(fw=30, tm=10, seed=3, init="/r/egs/mini/asr1/exp/m",
+                                    extra="optim: {lr: 0.1}\n"))):
+        d.mkdir(parents=True)
+        (d / "config.yaml").write_text(text)
+    assert [(g.name, g.seeds) for g in group_experiments([a, b], ["run_seed1", "run_seed2"])] == [("run", ["1", "2"])]
+    with caplog.at_level("WARNING"):
+        groups = group_experiments([a, c], ["run_seed1", "run_seed3"])
+    assert len(groups) == 2 and re.search(r"differ in optim\.lr \(besides the seed\)", caplog.text)
+    # SpecAugment on in one of them: its sizes act, the group splits
+    (b / "config.yaml").write_text(base.format(fw=30, tm=10, seed=2, init="/r/egs/mini/asr1/exp/m", extra="")
+                                   .replace("enabled: false", "enabled: true"))
+    assert len(group_experiments([a, b], ["run_seed1", "run_seed2"])) == 2

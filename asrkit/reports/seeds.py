@@ -6,7 +6,10 @@ as one row of the comparison tables (mean and spread over the seeds). An experim
 suffix is a group of its own. The names only propose the grouping; the configs confirm it: the
 ``config.yaml`` of the members must be identical apart from :data:`SEED_KEYS` (the seed and
 settings that change neither the model nor the data it sees), and their ``train.seed`` values
-must differ. Otherwise the experiments are not seeds of one configuration: each stays a row of
+must differ. Settings that do not act are not differences: a key one config lacks (added to
+asrkit since that run) compares as its default, the sub-settings of a feature switched off in
+both (``specaug.*`` with ``specaug.enabled: false``) are skipped, and two spellings of one path
+(``a/../b`` and ``b``) are equal. Otherwise the experiments are not seeds of one configuration: each stays a row of
 its own (under its full name) and a warning names the two directories and the keys that differ,
 so nothing that differs in more than the seed is ever averaged. (Members without a
 ``config.yaml`` are grouped by name alone, with a warning.)
@@ -17,6 +20,7 @@ The recipes name their experiment dirs this way: ``run.sh --seeds "1 2 3" --tag 
 from __future__ import annotations
 
 import logging
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,7 +86,27 @@ def _config(exp: Path) -> Optional[dict[str, Any]]:
     path = exp / "config.yaml"
     if not path.is_file():
         return None
-    return {k.rstrip("."): v for k, v in _flat(yaml.safe_load(path.read_text()) or {}).items()}
+    raw = yaml.safe_load(path.read_text()) or {}
+    try:  # every key, those added since the run at their defaults
+        from asrkit.config import config_from_dict, to_dict
+
+        raw = to_dict(config_from_dict(raw))
+    except Exception:  # noqa: BLE001 - not a config of this asrkit (or a partial one): compared as written
+        pass
+    return {k.rstrip("."): v for k, v in _flat(raw).items()}
+
+
+def _differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """The keys (outside :data:`SEED_KEYS`) whose values differ in a way that acts (module docstring)."""
+    off = {k[: -len("enabled")] for k in a if k.endswith(".enabled") and a[k] is False and b.get(k) is False}
+
+    def same(x: Any, y: Any) -> bool:
+        if x == y:
+            return True
+        return isinstance(x, str) and isinstance(y, str) and "/" in x + y and os.path.normpath(x) == os.path.normpath(y)
+
+    return sorted(k for k in set(a) | set(b)
+                  if k not in SEED_KEYS and not any(k.startswith(p) for p in off) and not same(a.get(k), b.get(k)))
 
 
 def _check_group(g: Group) -> Optional[str]:
@@ -95,7 +119,7 @@ def _check_group(g: Group) -> Optional[str]:
     have = [m for m in g.members if configs[m.name] is not None]
     for m in have[1:]:
         a, b = configs[have[0].name], configs[m.name]
-        diff = sorted(k for k in set(a) | set(b) if k not in SEED_KEYS and a.get(k) != b.get(k))
+        diff = _differences(a, b)
         if diff:
             return (f"{have[0].dir} and {m.dir} are named as seeds of {g.name!r} but their config.yaml "
                     f"differ in {', '.join(diff[:8])}{' ...' if len(diff) > 8 else ''} (besides the seed)")
