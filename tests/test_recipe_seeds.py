@@ -39,7 +39,7 @@ def recipe(tmp_path):
     (mini / "path.sh").write_text("")
     tpl = egs / "TEMPLATE" / "asr1"
     (tpl / "utils").mkdir(parents=True)
-    for name in ("parse_options.sh", "seeds.sh", "budget.sh"):
+    for name in ("parse_options.sh", "seeds.sh", "budget.sh", "parallel.sh"):
         shutil.copy(ROOT / "egs" / "TEMPLATE" / "asr1" / "utils" / name, tpl / "utils" / name)
     (tpl / "asr.sh").write_text(STUB_ASR)
     (tpl / "asr.sh").chmod(0o755)

@@ -52,16 +52,10 @@ train_one() {
 }
 mkdir -p exp
 threads=$(( $(nproc) / parallel )); [ "$threads" -ge 1 ] || threads=1
-failed=0; running=0
-for enc in $encodings; do
-    for seed in $seeds; do
-        train_one "$enc" "$seed" "$threads" &
-        running=$((running + 1))
-        if [ "$running" -ge "$parallel" ]; then wait -n || failed=1; running=$((running - 1)); fi
-    done
-done
-while [ "$running" -gt 0 ]; do wait -n || failed=1; running=$((running - 1)); done
-[ "$failed" -eq 0 ] || { echo "$0: some models failed (see exp/pos_*.log)" >&2; exit 1; }
+one() { train_one "${1%:*}" "${1##*:}" "$threads"; }  # one ENC:SEED
+items=(); for enc in $encodings; do for seed in $seeds; do items+=("$enc:$seed"); done; done
+. ../../TEMPLATE/asr1/utils/parallel.sh
+parallel_each "$parallel" one "${items[@]}" || { echo "$0: some models failed (see exp/pos_*.log)" >&2; exit 1; }
 
 base=()
 for b in $baselines; do case " $encodings " in *" $b "*) base+=("pos_$b") ;; esac; done
