@@ -89,6 +89,32 @@ def test_index_is_compact_and_builds_cuts_only_for_batches(tmp_path, monkeypatch
     assert [c.to_dict() for c in first] == [ref[c.id].to_dict() for c in first]
 
 
+def test_index_built_by_several_processes_is_the_one_built_by_one(tmp_path, monkeypatch):
+    """Chunks parsed by forked workers give the index one process gives: the same cuts at every
+    position (chunks and blocks not aligned: 3000 lines in chunks of 700, some dropped), arrays,
+    fingerprints, drop counts with their examples, alphabet report; two manifests, in order."""
+    from asrkit.config import FeatureConfig
+    from asrkit.data import cut_index
+    from asrkit.tokenizer import CharTokenizer
+
+    paths = [tmp_path / "a_cuts_train.jsonl.gz", tmp_path / "b_cuts_train.jsonl.gz"]
+    _manifest(paths[0], 3000)
+    _manifest(paths[1], 500, seed=1)
+    reason = cut_index.train_drop_reason(CharTokenizer(), FeatureConfig().hop, 3, 0.3, 20.0)
+    one = cut_index.CutIndex.build(paths, reason, workers=1)
+    monkeypatch.setattr(cut_index, "CHUNK", 700)
+    many = cut_index.CutIndex.build(paths, reason, workers=3)
+    assert 0 < len(many) == len(one) < 3500 and list(many.ids) == list(one.ids)
+    for key in ("durations", "num_samples", "sampling_rates", "sources", "starts"):
+        assert np.array_equal(getattr(many, key), getattr(one, key)), key
+    assert many.data_fingerprints == one.data_fingerprints
+    assert many.drop_stats.counts == one.drop_stats.counts and many.drop_stats.examples == one.drop_stats.examples
+    assert many.alphabet.to_dict() == one.alphabet.to_dict()
+    assert len(many.blocks) > len(one.blocks)  # partial blocks at the chunks' ends
+    every = range(len(one))
+    assert [c.to_dict() for c in many.get(every)] == [c.to_dict() for c in one.get(every)]
+
+
 def test_bench_corpus_is_librispeech_for_lhotse_and_the_report_is_written(tmp_path):
     from asrkit.bench import scale
     from asrkit.data.librispeech import prepare

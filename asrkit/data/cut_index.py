@@ -14,6 +14,8 @@ import gzip
 import hashlib
 import json
 import logging
+import multiprocessing
+import os
 import pickle
 import re
 import zlib
@@ -29,8 +31,10 @@ logger = logging.getLogger(__name__)
 
 #: manifest lines per compressed block (a cut costs one block's decompression, ~10 us)
 BLOCK = 32
+#: manifest lines per unit of work of :meth:`CutIndex.build` (one process parses a chunk)
+CHUNK = 8192
 #: version of the cached index files (bump when their content or the filter rules change)
-INDEX_VERSION = 4
+INDEX_VERSION = 5
 
 
 def _num_frames_vec(num_samples: np.ndarray, sample_rate: np.ndarray, hop: float) -> np.ndarray:
@@ -129,6 +133,9 @@ class CutIndex(CutTable):
         #: stored features' paths are relative to this directory (:func:`attach_stored`)
         self.feature_prefix: Optional[str] = None
         self.data_fingerprints, self.alphabet, self.drop_stats = fingerprints, alphabet, drop_stats
+        #: where each cut's line is: its block and its row in the block
+        self.block_of = np.arange(len(ids), dtype=np.int32) // BLOCK
+        self.row = (np.arange(len(ids)) % BLOCK).astype(np.uint8)
         self._cache: dict[int, list] = {}
 
     def id(self, i: int) -> str:
@@ -145,7 +152,7 @@ class CutIndex(CutTable):
     def get(self, indices) -> list:
         from lhotse.serialization import deserialize_item
 
-        cuts = [deserialize_item(json.loads(self._lines(int(i) // BLOCK)[int(i) % BLOCK])) for i in indices]
+        cuts = [deserialize_item(json.loads(self._lines(int(self.block_of[i]))[self.row[i]])) for i in indices]
         if self.feature_prefix:
             from lhotse.utils import fastcopy
 
@@ -162,81 +169,76 @@ class CutIndex(CutTable):
 
     def nbytes(self) -> int:
         return (sum(len(b) for b in self.blocks) + self.ids.nbytes + self.durations.nbytes + self.num_samples.nbytes
-                + self.sampling_rates.nbytes)
+                + self.sampling_rates.nbytes + self.block_of.nbytes + self.row.nbytes)
 
     # ------------------------------------------------------------------------ building
     @classmethod
-    def build(cls, paths, drop_reason, fold: str = "none", desc: str = "") -> "CutIndex":
+    def build(cls, paths, drop_reason, fold: str = "none", desc: str = "", workers: Optional[int] = None) -> "CutIndex":
         """Read the cuts manifests ``paths`` (in order) line by line; keep the cuts for which
-        ``drop_reason(id, text, duration, num_samples, sampling_rate)`` is None, count the others."""
+        ``drop_reason(id, text, duration, num_samples, sampling_rate)`` is None, count the others.
+
+        The lines are parsed in chunks of :data:`CHUNK`, by ``workers`` processes (default: the
+        CPUs this process may run on, at most 16; forked, so ``drop_reason`` need not pickle) when
+        there is more than one chunk; the result does not depend on ``workers``."""
         from tqdm import tqdm
 
         from asrkit.data.manifests import DropStats
         from asrkit.tokenizer import AlphabetReport
 
-        stats = DropStats()
-        alphabet = AlphabetReport(fold=fold)
-        blocks, cur = [], []
-        ids, durs, nss, srs, src, starts = [], array("d"), array("q"), array("i"), array("i"), array("d")
-        texts, text_offsets = bytearray(), array("q", [0])
+        if workers is None:
+            workers = min(16, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
         bar = tqdm(desc=f"index {desc}", unit="utt", dynamic_ncols=True, mininterval=2.0, disable=None)
-        for k, path in enumerate(paths):
-            with gzip.open(path, "rb") if str(path).endswith(".gz") else open(path, "rb") as f:
-                for n, raw in enumerate(f, 1):
-                    raw = raw.rstrip(b"\r\n")
-                    if not raw:
-                        continue
-                    try:
-                        d = json.loads(raw)
-                        cid, dur = d["id"], float(d["duration"])
-                        sr = int(d["recording"]["sampling_rate"]) if "recording" in d else int(d.get("sampling_rate") or 16000)
-                    except (ValueError, KeyError, TypeError) as e:
-                        raise ValueError(f"{path}, line {n}: not a Lhotse cut ({type(e).__name__}: {e}); "
-                                         "rerun the data stages (1 and 2) to rewrite the manifest") from None
-                    text = " ".join(s["text"] for s in d.get("supervisions", []) if s.get("text"))
-                    ns = int(round(dur * sr, 8) + 0.5)  # lhotse.utils.compute_num_samples (half up), faster
-                    why = drop_reason(cid, text, dur, ns, sr)
-                    bar.update(1)
-                    if why is not None:
-                        stats.add(why, cid)
-                        continue
-                    if text.isascii() and not _DIGIT.search(text):  # nothing outside a-z ' (the usual case): no report
-                        alphabet.total += 1
-                    else:
-                        alphabet.add(cid, text)
-                    ids.append(cid.encode())
-                    durs.append(dur)
-                    nss.append(ns)
-                    srs.append(sr)
-                    src.append(k)
-                    starts.append(float(d.get("start", 0.0)))
-                    texts += f"{cid}\t{text}\n".encode()
-                    text_offsets.append(len(texts))
-                    cur.append(raw)
-                    if len(cur) == BLOCK:
-                        blocks.append(zlib.compress(b"\n".join(cur), 1))
-                        cur = []
-        if cur:
-            blocks.append(zlib.compress(b"\n".join(cur), 1))
+        global _REASON
+        _REASON = (list(paths), drop_reason, fold)
+        try:
+            if workers <= 1 or not _more_than_one_chunk(paths):
+                stripes = [_parse_stripe((0, 1))]
+            else:  # each worker reads the manifests itself and parses every workers-th chunk: no lines are sent
+                with multiprocessing.get_context("fork").Pool(workers) as pool:
+                    stripes = pool.map(_parse_stripe, [(w, workers) for w in range(workers)])
+        finally:
+            _REASON = None
+        parts = [p for _, p in sorted((c for stripe in stripes for c in stripe), key=lambda c: c[0])]
+        bar.update(sum(p["lines"] for p in parts))
         bar.close()
+        stats, alphabet = DropStats(), AlphabetReport(fold=fold)
+        blocks, block_of, rows = [], [], []
+        for p in parts:
+            for reason, n in p["stats"].counts.items():
+                stats.counts[reason] = stats.counts.get(reason, 0) + n
+                ex = stats.examples.setdefault(reason, [])
+                ex += p["stats"].examples[reason][: 5 - len(ex)]
+            a = p["alphabet"]
+            alphabet.total += a.total
+            alphabet.utterances += a.utterances
+            alphabet.chars.update(a.chars)
+            alphabet.examples += a.examples[: 3 - len(alphabet.examples)]
+            block_of.append(p["block_of"] + len(blocks))
+            rows.append(p["row"])
+            blocks += p["blocks"]
+        ids = [x for p in parts for x in p["ids"]]
         id_arr = np.array(ids, dtype=bytes) if ids else np.zeros(0, dtype="S1")
         del ids
-        durations = np.frombuffer(durs, dtype=np.float64).copy()
+
+        def cat(key, dtype):
+            return np.concatenate([p[key] for p in parts]).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
+
+        durations = cat("durs", np.float64)
         # the fingerprints of asrkit.training.state, over the cuts sorted by id
         order = np.argsort(id_arr, kind="stable")
         hd, ht = hashlib.sha256(), hashlib.sha256()
-        offs = np.frombuffer(text_offsets, dtype=np.int64)
-        mv = memoryview(texts)
+        texts = [t for p in parts for t in p["texts"]]
         for i in order.tolist():
             hd.update(b"%s:%s\n" % (id_arr[i], f"{durations[i]:.4f}".encode()))
-            ht.update(mv[offs[i]:offs[i + 1]])
-        mv.release()
+            ht.update(texts[i])
         del texts
         prints = {"data_fingerprint": hd.hexdigest()[:16], "text_fingerprint": ht.hexdigest()[:16]}
-        index = cls(blocks, id_arr, durations, np.frombuffer(nss, dtype=np.int64).copy(),
-                    np.frombuffer(srs, dtype=np.int32).copy(), prints, alphabet, stats,
-                    np.frombuffer(src, dtype=np.int32).copy())
-        index.starts = np.frombuffer(starts, dtype=np.float64).copy()
+        index = cls(blocks, id_arr, durations, cat("nss", np.int64), cat("srs", np.int32), prints, alphabet, stats,
+                    cat("src", np.int32))
+        index.starts = cat("starts", np.float64)
+        if parts:
+            index.block_of = np.concatenate(block_of).astype(np.int32)
+            index.row = np.concatenate(rows).astype(np.uint8)
         return index
 
     # ------------------------------------------------------------------------ cache
@@ -257,6 +259,100 @@ class CutIndex(CutTable):
         st = dict(self.__dict__)
         st["_cache"] = {}
         return st
+
+
+_REASON = None  #: (paths, drop_reason, fold) of the build in progress (inherited by the forked workers)
+
+
+def _chunks(paths, w: int = 0, k: int = 1):
+    """The chunks number w, w + k, w + 2k... of the manifests ``paths`` (:data:`CHUNK` lines each;
+    a manifest's last one may be shorter), as ``(chunk number, (index of the manifest, its path,
+    number of the first line, raw lines))``; the lines of the other chunks are only counted."""
+    c = 0
+    for m, path in enumerate(paths):
+        with gzip.open(path, "rb") if str(path).endswith(".gz") else open(path, "rb") as f:
+            first, n, lines, mine = 1, 0, [], c % k == w
+            for raw in f:
+                if mine:
+                    lines.append(raw)
+                n += 1
+                if n == CHUNK:
+                    if mine:
+                        yield c, (m, str(path), first, lines)
+                    c, first, n, lines = c + 1, first + CHUNK, 0, []
+                    mine = c % k == w
+            if n:
+                if mine:
+                    yield c, (m, str(path), first, lines)
+                c += 1
+
+
+def _more_than_one_chunk(paths) -> bool:
+    n = 0
+    for path in paths:
+        with gzip.open(path, "rb") if str(path).endswith(".gz") else open(path, "rb") as f:
+            for n, _ in enumerate(f, n + 1):
+                if n > CHUNK:
+                    return True
+    return False
+
+
+def _parse_stripe(stripe) -> list:
+    """``(w, k)``: the chunks number w, w + k, w + 2k... of the manifests (:data:`_REASON`), parsed:
+    ``[(chunk number, :func:`_parse_chunk` of it), ...]``."""
+    return [(c, _parse_chunk(chunk)) for c, chunk in _chunks(_REASON[0], *stripe)]
+
+
+def _parse_chunk(chunk) -> dict:
+    """One chunk of manifest lines -> its kept cuts (arrays, compressed blocks of lines, transcripts)
+    and what it dropped; runs in a worker process of :meth:`CutIndex.build` or in the caller."""
+    from asrkit.data.manifests import DropStats
+    from asrkit.tokenizer import AlphabetReport
+
+    _, drop_reason, fold = _REASON
+    k, path, first, lines = chunk
+    stats, alphabet = DropStats(), AlphabetReport(fold=fold)
+    blocks, cur, ids, texts = [], [], [], []
+    durs, nss, srs, starts = array("d"), array("q"), array("i"), array("d")
+    for n, raw in enumerate(lines, first):
+        raw = raw.rstrip(b"\r\n")
+        if not raw:
+            continue
+        try:
+            d = json.loads(raw)
+            cid, dur = d["id"], float(d["duration"])
+            sr = int(d["recording"]["sampling_rate"]) if "recording" in d else int(d.get("sampling_rate") or 16000)
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"{path}, line {n}: not a Lhotse cut ({type(e).__name__}: {e}); "
+                             "rerun the data stages (1 and 2) to rewrite the manifest") from None
+        text = " ".join(s["text"] for s in d.get("supervisions", []) if s.get("text"))
+        ns = int(round(dur * sr, 8) + 0.5)  # lhotse.utils.compute_num_samples (half up), faster
+        why = drop_reason(cid, text, dur, ns, sr)
+        if why is not None:
+            stats.add(why, cid)
+            continue
+        if text.isascii() and not _DIGIT.search(text):  # nothing outside a-z ' (the usual case): no report
+            alphabet.total += 1
+        else:
+            alphabet.add(cid, text)
+        ids.append(cid.encode())
+        durs.append(dur)
+        nss.append(ns)
+        srs.append(sr)
+        starts.append(float(d.get("start", 0.0)))
+        texts.append(f"{cid}\t{text}\n".encode())
+        cur.append(raw)
+        if len(cur) == BLOCK:
+            blocks.append(zlib.compress(b"\n".join(cur), 1))
+            cur = []
+    if cur:
+        blocks.append(zlib.compress(b"\n".join(cur), 1))
+    m = len(ids)
+    return {"lines": len(lines), "ids": ids, "texts": texts, "stats": stats, "alphabet": alphabet, "blocks": blocks,
+            "durs": np.frombuffer(durs, np.float64), "nss": np.frombuffer(nss, np.int64),
+            "srs": np.frombuffer(srs, np.int32), "starts": np.frombuffer(starts, np.float64),
+            "src": np.full(m, k, np.int32), "block_of": np.arange(m, dtype=np.int32) // BLOCK,
+            "row": (np.arange(m) % BLOCK).astype(np.uint8)}
 
 
 def train_drop_reason(tokenizer, hop: float, frontend_stride: int, min_duration: float = 0.0,
