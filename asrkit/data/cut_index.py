@@ -18,6 +18,7 @@ import multiprocessing
 import os
 import pickle
 import re
+import warnings
 import zlib
 from array import array
 from pathlib import Path
@@ -194,7 +195,11 @@ class CutIndex(CutTable):
             if workers <= 1 or not _more_than_one_chunk(paths):
                 stripes = [_parse_stripe((0, 1))]
             else:  # each worker reads the manifests itself and parses every workers-th chunk: no lines are sent
-                with multiprocessing.get_context("fork").Pool(workers) as pool:
+                # Python >= 3.12 warns of fork() beside threads (torch's); the workers only parse text
+                with warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)
+                    pool = multiprocessing.get_context("fork").Pool(workers)
+                with pool:
                     stripes = pool.map(_parse_stripe, [(w, workers) for w in range(workers)])
         finally:
             _REASON = None
