@@ -103,6 +103,7 @@ run_stage() {  # run_stage N marker_dir name: true if stage N is to run now
 }
 finish_stage() { mkdir -p "$2"; date > "$2/stage$1.done"; }
 
+[ -z "$aux_train_sets" ] || [ -z "$shar_dir" ] || { echo "$0: --aux_train_sets and --shar_dir together are not supported yet: train the extra parts from manifests (drop --shar_dir)" >&2; exit 2; }
 all_sets="$train_sets${aux_train_sets:+ $aux_train_sets} $dev_set $test_sets"
 aux_new=""  # training-only parts asked for after stage 1 had run: stages 1 and 2 for them alone
 for part in $aux_train_sets; do [ -f "$manifest_dir/${corpus_name}_cuts_${part}.jsonl.gz" ] || aux_new="$aux_new $part"; done
