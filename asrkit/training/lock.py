@@ -181,6 +181,12 @@ class ExpLock:
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
             return False
+        except PermissionError:
+            # some network file systems answer an exclusive create of an existing file with EPERM,
+            # not EEXIST (sshfs: SFTP's generic failure); a real permission problem has no file
+            if os.path.lexists(path):
+                return False
+            raise
         try:
             with os.fdopen(fd, "w") as f:
                 json.dump(self.me, f, indent=1)
