@@ -15,6 +15,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -223,6 +224,18 @@ def test_wrong_sample_rate(tmp_path):
     err = _fails(tmp_path, d)
     assert f"{d / 'wav.scp'}:5: {tmp_path / '8k.wav'} (recording '{uid}') is at 8000 Hz, expected 16000 Hz" in err
     assert "--sample-rate 8000" in err
+    # the advice as printed: its wav.scp line (asrkit's converter, nothing to install) imports, at
+    # 16 kHz and the file's duration; run with the venv first on PATH, as the recipes' path.sh does
+    line = re.search(r"\(wav\.scp: '([^']+)'\)", err).group(1)
+    assert line.startswith(f"{uid} python3 -m asrkit.inference.audio ") and line.endswith("--rate 16000 |"), line
+    _edit(d / "wav.scp", 5, line)
+    out = tmp_path / "m"
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    p = subprocess.run([sys.executable, "-m", "asrkit", "prepare", "kaldi", "--corpus-dir", str(d.parent), "--out",
+                        str(out), "--parts", d.name], capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr
+    rec = next(r for r in read_jsonl(next(out.glob("*recordings*.jsonl.gz"))) if r["id"] == uid)
+    assert rec["sampling_rate"] == 16000 and rec["duration"] == pytest.approx(len(x) / 16000, abs=2e-3)
 
 
 def test_failing_command_and_missing_utt2spk(tmp_path):

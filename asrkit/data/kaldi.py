@@ -4,7 +4,7 @@
 a Kaldi data dir ``ROOT/<part>`` with
 
 * ``wav.scp``: ``<recording-id> <path>`` or ``<recording-id> <command> |`` (a command that writes
-  a WAV file to stdout, e.g. ``sox x.flac -t wav - |``); relative paths are resolved against
+  a WAV file to stdout, e.g. ``python3 -m asrkit.inference.audio x.mp3 |``); relative paths are resolved against
   ``--wav-root`` (default: the directory ``asrkit prepare`` runs in, as Kaldi and Lhotse do; a
   recipe runs it in its own directory); commands run as they are, in that same directory;
 * ``text`` (``<utterance-id> <words>``), ``utt2spk``; optional ``segments``
@@ -104,6 +104,10 @@ def _audio_info(data: "str | bytes") -> tuple[int, float]:
     return int(info.samplerate), float(info.frames) / info.samplerate
 
 
+#: the converter the error messages advise (any format, any rate -> WAV on stdout; nothing to install)
+CONVERT = "python3 -m asrkit.inference.audio"
+
+
 def _check_audio(rec: Line, source: str, is_command: bool, cwd: Path, sample_rate: int) -> Optional[str]:
     """None, or the one-line error for this ``wav.scp`` line."""
     if is_command:
@@ -118,7 +122,7 @@ def _check_audio(rec: Line, source: str, is_command: bool, cwd: Path, sample_rat
         try:
             rate, _ = _audio_info(p.stdout)
         except Exception as e:  # noqa: BLE001 - libsndfile's errors have no common type
-            return f"{rec.where}: the command of recording '{rec.key}' did not write readable audio ({e}); make it write WAV (sox: -t wav -)"
+            return f"{rec.where}: the command of recording '{rec.key}' did not write readable audio ({e}); make it write WAV, e.g. by piping it through '{CONVERT} - |'"
         what = "its command's audio"
     else:
         path = Path(source)
@@ -130,11 +134,11 @@ def _check_audio(rec: Line, source: str, is_command: bool, cwd: Path, sample_rat
             rate, _ = _audio_info(str(path))
         except Exception as e:  # noqa: BLE001
             return (f"{rec.where}: cannot read audio file {source} of recording '{rec.key}' ({e}); convert it to WAV or FLAC, "
-                    f"or write a command in wav.scp: '{rec.key} sox {shlex.quote(source)} -t wav - |'")
+                    f"or write a command in wav.scp: '{rec.key} {CONVERT} {shlex.quote(source)} |'")
         what = source
     if rate != sample_rate:
-        fix = (f"'{rec.key} sox {shlex.quote(source)} -r {sample_rate} -t wav - |'" if not is_command
-               else f"'... | sox -t wav - -r {sample_rate} -t wav - |'")
+        fix = (f"'{rec.key} {CONVERT} {shlex.quote(source)} --rate {sample_rate} |'" if not is_command
+               else f"'... | {CONVERT} - --rate {sample_rate} |'")
         return (f"{rec.where}: {what} (recording '{rec.key}') is at {rate} Hz, expected {sample_rate} Hz; resample it "
                 f"(wav.scp: {fix}) or import with --sample-rate {rate} and train with features.sample_rate={rate}")
     return None

@@ -235,3 +235,31 @@ def _open_bytes(data: bytes, name: str, target_rate: int) -> Audio:
         return _soundfile(io.BytesIO(data), name, target_rate)
     except Exception:
         return _libav(data, name, target_rate)
+
+
+def main(argv=None) -> int:
+    """``python3 -m asrkit.inference.audio IN [--rate R]``: IN (a file of any format :func:`open_audio`
+    reads, or ``-`` for standard input) as mono 16-bit WAV at R Hz on standard output; for Kaldi
+    ``wav.scp`` commands (``<id> python3 -m asrkit.inference.audio x.mp3 --rate 16000 |``)."""
+    import argparse
+
+    import soundfile as sf
+
+    p = argparse.ArgumentParser(prog="python3 -m asrkit.inference.audio", description=main.__doc__)
+    p.add_argument("input", help="audio file, or - for standard input")
+    p.add_argument("--rate", type=int, default=16000, help="output sample rate (default 16000)")
+    args = p.parse_args(argv)
+    try:
+        with open_audio(args.input, args.rate) as audio:
+            x = audio.read()
+    except InputError as e:
+        print(f"asrkit audio: {e}", file=sys.stderr)
+        return 1
+    buf = io.BytesIO()
+    sf.write(buf, x, args.rate, format="WAV", subtype="PCM_16")
+    sys.stdout.buffer.write(buf.getvalue())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
