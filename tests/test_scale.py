@@ -134,10 +134,12 @@ def test_bench_corpus_is_librispeech_for_lhotse_and_the_report_is_written(tmp_pa
            "bucketing_resume": {"cpu_s": 0.5}}
     for k in ("bucketing_cold", "bucketing_warm", "padfree_cold", "padfree_warm"):
         row[k] = run(0.8, 280)
-    res = {"cpu": "test", "rows": [row, dict(row, n=240)]}
+    old = dict(row)  # a row measured before the first start after stage 2 was
+    row = dict(row, columns=run(0.5, 250), bucketing_first=run(0.3, 270), padfree_first=run(0.3, 270))
+    res = {"cpu": "test", "rows": [old, row, dict(row, n=240)]}
     md = scale.table(res)
-    assert "| 120 |" in md and "0.80x / 0.80x, 0.93x" in md
-    scale.plot(res, tmp_path / "p.png")
+    assert "| 120 |" in md and "0.80x / 0.30x / 0.80x, 0.90x" in md and "0.80x / - / 0.80x, 0.93x" in md
+    scale.plot(dict(res, rows=res["rows"][1:]), tmp_path / "p.png")
     assert (tmp_path / "p.png").stat().st_size > 10000
 
 
@@ -175,3 +177,60 @@ def test_stored_features_attach_to_the_index(tmp_path):
 
     with pytest.raises(TrainingError, match=rf"out of date: utterance '{got[5].id}' is missing there"):
         load_data(cfg, tok)
+
+
+def test_a_start_after_the_data_stage_parses_no_line_and_filters_as_filter_cuts(tmp_path, monkeypatch):
+    """Stage 2 caches the columns of its manifests (asrkit.data.cut_index.manifest_columns); a
+    training start with a new tokenizer or filter then only filters arrays (no manifest line parsed)
+    and gets what filter_cuts over the cuts gives: kept cuts, drop counts with examples,
+    fingerprints, alphabet report, for the letters tokenizer with either fold and for BPE (which
+    re-encodes the transcripts). A rewritten manifest invalidates its columns."""
+    from lhotse import load_manifest
+
+    from asrkit.config import FeatureConfig
+    from asrkit.data import cut_index
+    from asrkit.data.dataset import filter_cuts
+    from asrkit.tokenizer import CharTokenizer, alphabet_report, train_tokenizer
+    from asrkit.training.state import fingerprints
+
+    m = tmp_path / "m"
+    m.mkdir()
+    path = m / "ls_cuts_train.jsonl.gz"
+    _manifest(path, 2500, seed=3)
+    cut_index.manifest_columns(path)  # what `asrkit cuts` does after writing a manifest
+    cols = list((m / ".index").glob("*.cols.pkl"))
+    assert len(cols) == 1
+
+    def no_parse(chunk):
+        raise AssertionError("a manifest line was parsed at training start")
+
+    monkeypatch.setattr(cut_index, "_parse_chunk", no_parse)
+    ref_cuts = load_manifest(path)
+    texts = [" ".join(s.text for s in c.supervisions if s.text) for c in ref_cuts]
+    bpe = train_tokenizer(texts, "bpe", 40)
+    fc = FeatureConfig()
+    for tok, stride, lo, hi in ((CharTokenizer(), 3, 0.3, 20.0), (CharTokenizer("ascii"), 4, 0.0, 12.0), (bpe, 4, 1.0, 30.0)):
+        idx = cut_index.load_train_index(m, "ls", ["train"], tok, fc, stride, lo, hi)
+        ref, stats = filter_cuts(ref_cuts, tok, fc, stride, lo, hi)
+        assert list(idx.ids.astype(str)) == [c.id for c in ref]
+        assert idx.drop_stats.counts == stats.counts and idx.drop_stats.examples == stats.examples
+        assert list(idx.drop_stats.counts) == list(stats.counts)  # in the order filter_cuts meets them
+        assert fingerprints(idx, tok) == fingerprints(ref, tok)
+        rep = alphabet_report([(c.id, " ".join(s.text for s in c.supervisions if s.text)) for c in ref], tok.fold)
+        assert idx.alphabet.to_dict() == rep.to_dict()
+        assert [c.to_dict() for c in idx.get([0, 7, len(idx) - 1])] == [ref[i].to_dict() for i in (0, 7, len(idx) - 1)]
+    # a drop rule without a vectorized form runs per utterance over the same columns: the same index
+    rule = cut_index.train_drop_reason(CharTokenizer(), fc.hop, 3, 0.3, 20.0)
+    columns = cut_index.manifest_columns(path)
+    fast = cut_index.CutIndex.derive(columns, rule)
+    slow = cut_index.CutIndex.derive(columns, lambda *a: rule(*a))
+    assert list(slow.ids) == list(fast.ids) and slow.drop_stats.examples == fast.drop_stats.examples
+    assert slow.data_fingerprints == fast.data_fingerprints
+    # the manifest rewritten: its columns are rebuilt (a line is parsed), the old cache removed
+    _manifest(path, 100, seed=4)
+    with pytest.raises(AssertionError, match="parsed at training start"):
+        cut_index.load_train_index(m, "ls", ["train"], CharTokenizer(), fc, 3, 0.3, 20.0)
+    monkeypatch.undo()
+    assert len(cut_index.load_train_index(m, "ls", ["train"], CharTokenizer(), fc, 3, 0.3, 20.0)) <= 100
+    assert [p.name for p in (m / ".index").glob("*.cols.pkl")] != [cols[0].name]
+    assert len(list((m / ".index").glob("*.cols.pkl"))) == 1

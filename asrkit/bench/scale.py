@@ -14,9 +14,11 @@ measurement in a fresh process (wall time and peak RSS of that process and its c
    (:class:`asrkit.data.feature_store.FeatureStore`, on ``--fbank-sample`` utterances,
    extrapolated);
 3. sampler start-up (``load_train_cuts`` + ``make_sampler``) to the first batch (fbank on the
-   fly), for asrkit's bucketing and padding-free samplers, the index cold (built from the
-   manifests) and warm (its cache), next to Lhotse's own lazy ``DynamicBucketingSampler`` over the
-   same manifests feeding the same dataset;
+   fly), for asrkit's bucketing and padding-free samplers: cold (nothing cached: the manifests
+   parsed), the first start after stage 2 (which caches the manifests' columns,
+   :func:`asrkit.data.cut_index.manifest_columns`, itself measured: what stage 2 adds) and cached
+   (every later start), next to Lhotse's own lazy ``DynamicBucketingSampler`` over the same
+   manifests feeding the same dataset;
 4. a checkpoint of the sampler state half-way through the epoch and a resume from it (a new
    process: sampler start-up, fast-forward to that batch, the next batch).
 
@@ -146,6 +148,18 @@ def w_fbank(spec: dict) -> dict:
     size = sum(f.stat().st_size for f in Path(store.dir).rglob("*") if f.is_file())
     return {"wall_s": wall, "cpu_s": cpu, "peak_rss_mb": _peak_mb(), "n": len(cuts), "bytes": size,
             "audio_s": sum(c.duration for c in cuts)}
+
+
+def w_columns(spec: dict) -> dict:
+    """What stage 2 (``asrkit cuts``) adds after writing the training manifests: their columns
+    (:func:`asrkit.data.cut_index.manifest_columns`) built and cached."""
+    from asrkit.data.cut_index import manifest_columns
+    from asrkit.data.manifests import manifest_path
+
+    t0, c0 = time.perf_counter(), _cpu()
+    for p in PARTS:
+        manifest_columns(manifest_path(spec["manifests"], "librispeech", "cuts", p))
+    return {"wall_s": time.perf_counter() - t0, "cpu_s": _cpu() - c0, "peak_rss_mb": _peak_mb()}
 
 
 def _cfg(spec: dict):
@@ -285,15 +299,21 @@ def measure(work: Path, n: int, args, row: dict) -> dict:
                         "sample": f["n"],
                         "sample_wall_s": f["wall_s"], "peak_rss_mb_sample": f["peak_rss_mb"],
                         "disk_gb": f["bytes"] * n / f["n"] / 1e9, "audio_h": f["audio_s"] * n / f["n"] / 3600}
-    if "startup" in stages:  # paired: Lhotse, asrkit cold (no index cache), asrkit warm, per kind
-        for key in ("lhotse", "bucketing_cold", "bucketing_warm", "padfree_cold", "padfree_warm"):
+    if "startup" in stages:  # paired: Lhotse; asrkit cold (no cache), after stage 2 (columns cached), warm, per kind
+        for key in ("lhotse", "columns", "bucketing_cold", "bucketing_first", "bucketing_warm", "padfree_cold",
+                    "padfree_first", "padfree_warm"):
             row[key] = []
         for _ in range(args.rounds):
             shutil.rmtree(man / ".index", ignore_errors=True)
             row["lhotse"].append(_run("w_lhotse", dict(base)))
+            row["columns"].append(_run("w_columns", dict(base)))  # what stage 2 adds after writing the manifests
             for kind in ("bucketing", "padfree"):
                 shutil.rmtree(man / ".index", ignore_errors=True)
                 row[f"{kind}_cold"].append(_run("w_asrkit", dict(base, kind=kind)))
+                for f in (man / ".index").glob("*.pkl"):
+                    if not f.name.endswith(".cols.pkl"):
+                        f.unlink()  # the columns stay: the first training start after stage 2
+                row[f"{kind}_first"].append(_run("w_asrkit", dict(base, kind=kind)))
                 row[f"{kind}_warm"].append(_run("w_asrkit", dict(base, kind=kind)))
     if "resume" in stages:  # a checkpoint half-way through the epoch, and a resume from it
         half = max(1, row["bucketing_warm"][0]["batches"] // 2)
@@ -313,10 +333,11 @@ def _med(rows: list, key: str) -> float:
 
 
 def table(res: dict) -> str:
-    out = ["| utterances | stage 1 prepare CPU s / MB | stage 2 audio check CPU s / MB | fbank storage CPU s (extrap.) | "
-           "Lhotse DynamicBucketing CPU s / MB | asrkit bucketing, index cold | cached | asrkit padfree, cold | cached | "
-           "asrkit bucketing vs Lhotse: CPU cold / cached, memory cached | resume at half-epoch CPU s: Lhotse / asrkit |",
-           "|---:|---|---|---|---|---|---|---|---|---|---|"]
+    out = ["| utterances | stage 1 prepare CPU s / MB | stage 2 audio check CPU s / MB | stage 2 index columns CPU s / MB | "
+           "fbank storage CPU s (extrap.) | Lhotse DynamicBucketing CPU s / MB | asrkit bucketing: cold | after stage 2 | "
+           "cached | asrkit padfree: cold | after stage 2 | cached | asrkit bucketing vs Lhotse: CPU cold / after stage 2 / "
+           "cached, memory after stage 2 | resume at half-epoch CPU s: Lhotse / asrkit |",
+           "|---:|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["rows"]:
         p = r.get("prepare", {})
         c = r["check"]
@@ -325,14 +346,17 @@ def table(res: dict) -> str:
         cells = [f"{r['n']:,}".replace(",", " "),
                  f"{p[T]:.1f} / {p['peak_rss_mb']:.0f}" if p else "-",
                  f"{c[T]:.1f}{'*' if c.get('extrapolated') else ''} / {c['peak_rss_mb']:.0f}",
+                 f"{_med(r['columns'], T):.2f} / {_med(r['columns'], 'peak_rss_mb'):.0f}" if r.get("columns") else "-",
                  f"{f[T]:.0f}*" if f else "-",
                  f"{lh[0]:.2f} / {lh[1]:.0f}"]
         for kind in ("bucketing", "padfree"):
-            for temp in ("cold", "warm"):
-                rows = r[f"{kind}_{temp}"]
-                cells.append(f"{_med(rows, T):.2f} / {_med(rows, 'peak_rss_mb'):.0f}")
-        bw, bc = r["bucketing_warm"], r["bucketing_cold"]
-        cells.append(f"{_med(bc, T) / lh[0]:.2f}x / {_med(bw, T) / lh[0]:.2f}x, {_med(bw, 'peak_rss_mb') / lh[1]:.2f}x")
+            for temp in ("cold", "first", "warm"):
+                rows = r.get(f"{kind}_{temp}")
+                cells.append(f"{_med(rows, T):.2f} / {_med(rows, 'peak_rss_mb'):.0f}" if rows else "-")
+        bw, bc, bf = r["bucketing_warm"], r["bucketing_cold"], r.get("bucketing_first")
+        first = f"{_med(bf, T) / lh[0]:.2f}x" if bf else "-"
+        mem = _med(bf or bw, "peak_rss_mb") / lh[1]
+        cells.append(f"{_med(bc, T) / lh[0]:.2f}x / {first} / {_med(bw, T) / lh[0]:.2f}x, {mem:.2f}x")
         cells.append(f"{r['lhotse_resume'][T]:.1f} / {r['bucketing_resume'][T]:.2f}")
         out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out)
@@ -350,11 +374,14 @@ def plot(res: dict, path: Path) -> None:
     series = {
         "Lhotse DynamicBucketingSampler (lazy)": ("lhotse", "C0", "o-"),
         "asrkit bucketing, index cold": ("bucketing_cold", "C1", "o-"),
+        "asrkit bucketing, first start after stage 2": ("bucketing_first", "C7", "o-"),
         "asrkit bucketing, index cached": ("bucketing_warm", "C2", "o-"),
         "asrkit padfree, index cold": ("padfree_cold", "C3", "o--"),
         "asrkit padfree, index cached": ("padfree_warm", "C4", "o--"),
     }
     for label, (key, color, style) in series.items():
+        if not all(r.get(key) for r in rows):
+            continue
         a.plot(n, [_med(r[key], T) for r in rows], style, color=color, label=label)
         b.plot(n, [_med(r[key], "peak_rss_mb") for r in rows], style, color=color, label=label)
     before = sorted((int(k), v) for k, v in res.get("before", {}).items())
@@ -427,7 +454,9 @@ def main(argv: list[str] | None = None) -> int:
     res = dict(res, rows=done)
     if not done:
         return 0
-    res["growth"] = {k: growth(res, k) for k in ("lhotse", "bucketing_cold", "bucketing_warm", "padfree_cold", "padfree_warm")}
+    res["growth"] = {k: growth(res, k) for k in ("lhotse", "columns", "bucketing_cold", "bucketing_first", "bucketing_warm",
+                                                  "padfree_cold", "padfree_first", "padfree_warm")
+                     if all(r.get(k) for r in done)}
     args.out.with_suffix(".growth.json").write_text(json.dumps(res["growth"], indent=1))
     args.out.with_suffix(".md").write_text(table(res) + "\n")
     plot(res, args.out.with_suffix(".png"))

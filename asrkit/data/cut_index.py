@@ -4,9 +4,14 @@ A LibriSpeech 960 h manifest holds 281 241 cuts; as Lhotse Cut objects in memory
 per process (and per DDP rank) and half a minute to load. Training needs, per utterance, only its
 duration and sample count (to plan batches) until the utterance is in a batch; the cut itself is
 needed for that batch alone. :class:`CutIndex` keeps those numbers in numpy arrays and the
-manifest lines zlib-compressed in blocks, and builds Lhotse cuts on demand; it is built in one
-streamed pass over the manifests (filtering as :func:`asrkit.data.dataset.filter_cuts`,
-fingerprinting, the alphabet report) and cached next to them (:func:`load_train_index`).
+manifest lines zlib-compressed in blocks, and builds Lhotse cuts on demand.
+
+Two caches next to the manifests make a training start cheap. The data stage (``asrkit cuts``)
+parses each manifest it writes once into :class:`ManifestColumns` (every cut's numbers, lines,
+transcript and letter counts; :func:`manifest_columns`), so the first training start of a tokenizer
+and filter only filters arrays (:meth:`CutIndex.derive`: the rule of
+:func:`asrkit.data.dataset.filter_cuts`, the fingerprints, the alphabet report); the index it
+derives is cached too (:func:`load_train_index`), for every later start and every DDP rank.
 """
 from __future__ import annotations
 
@@ -35,7 +40,7 @@ BLOCK = 32
 #: manifest lines per unit of work of :meth:`CutIndex.build` (one process parses a chunk)
 CHUNK = 8192
 #: version of the cached index files (bump when their content or the filter rules change)
-INDEX_VERSION = 5
+INDEX_VERSION = 6
 
 
 def _num_frames_vec(num_samples: np.ndarray, sample_rate: np.ndarray, hop: float) -> np.ndarray:
@@ -175,22 +180,143 @@ class CutIndex(CutTable):
     # ------------------------------------------------------------------------ building
     @classmethod
     def build(cls, paths, drop_reason, fold: str = "none", desc: str = "", workers: Optional[int] = None) -> "CutIndex":
-        """Read the cuts manifests ``paths`` (in order) line by line; keep the cuts for which
-        ``drop_reason(id, text, duration, num_samples, sampling_rate)`` is None, count the others.
+        """Read the cuts manifests ``paths`` (in order; :meth:`ManifestColumns.build`, in parallel)
+        and keep the cuts for which ``drop_reason(id, text, duration, num_samples, sampling_rate)``
+        is None, counting the others (:meth:`derive`). The result does not depend on ``workers``."""
+        return cls.derive(ManifestColumns.build(paths, desc, workers), drop_reason, fold)
 
-        The lines are parsed in chunks of :data:`CHUNK`, by ``workers`` processes (default: the
-        CPUs this process may run on, at most 16; forked, so ``drop_reason`` need not pickle) when
-        there is more than one chunk; the result does not depend on ``workers``."""
-        from tqdm import tqdm
-
+    @classmethod
+    def derive(cls, columns: list, drop_reason, fold: str = "none") -> "CutIndex":
+        """The index of the cuts of ``columns`` (:class:`ManifestColumns` of the manifests, in order)
+        that ``drop_reason`` keeps: the filter (vectorized when ``drop_reason`` has a ``codes``
+        method, as :func:`train_drop_reason`'s has), its counts with examples, the fingerprints and
+        the alphabet report; no manifest line is parsed again."""
         from asrkit.data.manifests import DropStats
         from asrkit.tokenizer import AlphabetReport
 
+        c = ManifestColumns.concat(columns)
+        if hasattr(drop_reason, "codes"):
+            names, codes = drop_reason.codes(c)
+        else:
+            names, where = [None], {None: 0}
+            codes = np.zeros(len(c), dtype=np.int8)
+            for i in range(len(c)):
+                why = drop_reason(c.id(i), c.text(i), float(c.durations[i]), int(c.num_samples[i]),
+                                  int(c.sampling_rates[i]))
+                if why not in where:
+                    where[why] = len(names)
+                    names.append(why)
+                codes[i] = where[why]
+        stats = DropStats()
+        dropped = [(int(np.argmax(codes == k)), k) for k in range(1, len(names)) if (codes == k).any()]
+        for _, k in sorted(dropped):  # in the order of their first utterance, as a pass over the lines counts them
+            at = np.flatnonzero(codes == k)
+            stats.counts[names[k]] = int(at.size)
+            stats.examples[names[k]] = [c.id(int(i)) for i in at[:5]]
+        keep = np.flatnonzero(codes == 0)
+        alphabet = AlphabetReport(fold=fold)
+        odd = keep[~c.plain[keep]]
+        alphabet.total = len(keep) - len(odd)
+        for i in odd.tolist():
+            alphabet.add(c.id(i), c.text(i))
+        ids, durations = c.ids[keep], c.durations[keep]
+        # the fingerprints of asrkit.training.state, over the cuts sorted by id
+        order = np.argsort(ids, kind="stable")
+        hd = hashlib.sha256(b"".join(b"%s:%.4f\n" % x for x in zip(ids[order].tolist(), durations[order].tolist())))
+        ht, kept = hashlib.sha256(), keep[order]
+        for a in range(0, len(kept), 8192):  # (in pieces: no copy of every transcript at once)
+            ht.update(c.texts_of(kept[a:a + 8192]))
+        prints = {"data_fingerprint": hd.hexdigest()[:16], "text_fingerprint": ht.hexdigest()[:16]}
+        index = cls(c.blocks, ids, durations, c.num_samples[keep], c.sampling_rates[keep], prints, alphabet, stats,
+                    c.sources[keep])
+        index.starts = c.starts[keep]
+        index.block_of, index.row = c.block_of[keep], c.row[keep]
+        return index
+
+    # ------------------------------------------------------------------------ cache
+    def save(self, path: Path) -> None:
+        with atomic_path(path) as tmp, open(tmp, "wb") as f:
+            pickle.dump({"version": INDEX_VERSION, "index": self}, f, protocol=5)
+
+    @staticmethod
+    def load(path: Path) -> Optional["CutIndex"]:
+        index = _load_pickle(path)
+        return index if isinstance(index, CutIndex) else None
+
+    def __getstate__(self) -> dict:
+        st = dict(self.__dict__)
+        st["_cache"] = {}
+        return st
+
+
+class ManifestColumns:
+    """Every cut of one cuts manifest, unfiltered, as columns: what :meth:`CutIndex.derive` needs
+    to filter, fingerprint and index them without parsing a line again. The ids, durations, sample
+    counts, sampling rates and starts; the lines zlib-compressed by blocks (shared with the indexes
+    derived from it); ``text_blobs``: ``"<id>\\t<transcript>\\n"`` of every cut, UTF-8, one bytes
+    string per manifest (``text_start``/``text_end``: each cut's slice of its manifest's); for the letters tokenizer, whatever its fold,
+    ``letters`` (characters of the normalized transcript, word boundaries included) and
+    ``repeats`` (neighbouring equal ones) of every ``plain`` transcript (ASCII, no digit or
+    backquote: the usual case, which no fold changes). Built in one pass over the manifest
+    (:meth:`build`, in parallel); cached next to it by :func:`manifest_columns`, which the data
+    stage calls after writing the manifest, so that a training start only filters arrays."""
+
+    def __init__(self, parts: list, path: str = ""):
+        self.path = path
+        self.blocks, block_of, rows = [], [], []
+        for p in parts:
+            block_of.append(p["block_of"] + len(self.blocks))
+            rows.append(p["row"])
+            self.blocks += p["blocks"]
+
+        def cat(key, dtype):
+            return np.concatenate([p[key] for p in parts]).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
+
+        ids = [x for p in parts for x in p["ids"]]
+        self.ids = np.array(ids, dtype=bytes) if ids else np.zeros(0, dtype="S1")
+        self.durations, self.num_samples = cat("durs", np.float64), cat("nss", np.int64)
+        self.sampling_rates, self.starts = cat("srs", np.int32), cat("starts", np.float64)
+        self.block_of = np.concatenate(block_of).astype(np.int32) if parts else np.zeros(0, np.int32)
+        self.row = np.concatenate(rows).astype(np.uint8) if parts else np.zeros(0, np.uint8)
+        self.plain, self.letters, self.repeats = cat("plain", bool), cat("letters", np.int32), cat("repeats", np.int32)
+        self.text_blobs = [b"".join(p["texts"] for p in parts)]
+        self.text_end = np.cumsum(cat("text_len", np.int64))
+        self.text_start = self.text_end - cat("text_len", np.int64)
+        self.sources = np.zeros(len(self.ids), dtype=np.int32)
+        self.lines = sum(p["lines"] for p in parts)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def id(self, i: int) -> str:
+        return self.ids[i].decode()
+
+    def text(self, i: int) -> str:
+        """The transcript of cut ``i`` (its supervisions' texts joined by spaces)."""
+        line = self.text_blobs[self.sources[i]][self.text_start[i]:self.text_end[i]].decode()
+        return line[line.index("\t") + 1:-1]
+
+    def texts_of(self, indices: np.ndarray) -> bytes:
+        """``"<id>\\t<transcript>\\n"`` of the cuts at ``indices``, one after the other."""
+        blobs, src = self.text_blobs, self.sources[indices].tolist()
+        return b"".join([blobs[k][a:b] for k, a, b in zip(src, self.text_start[indices].tolist(),
+                                                           self.text_end[indices].tolist())])
+
+    @classmethod
+    def build(cls, paths, desc: str = "", workers: Optional[int] = None) -> list:
+        """The columns of each of the manifests ``paths``: their lines parsed in chunks of
+        :data:`CHUNK`, by ``workers`` processes (default: the CPUs this process may run on, at most
+        16; forked) when there is more than one chunk in all; the result does not depend on
+        ``workers``."""
+        from tqdm import tqdm
+
         if workers is None:
             workers = min(16, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
-        bar = tqdm(desc=f"index {desc}", unit="utt", dynamic_ncols=True, mininterval=2.0, disable=None)
-        global _REASON
-        _REASON = (list(paths), drop_reason, fold)
+        paths = [str(p) for p in paths]
+        bar = tqdm(desc=f"index {desc or Path(paths[0]).name}", unit="utt", dynamic_ncols=True, mininterval=2.0,
+                   disable=None)
+        global _PATHS
+        _PATHS = paths
         try:
             if workers <= 1 or not _more_than_one_chunk(paths):
                 stripes = [_parse_stripe((0, 1))]
@@ -202,71 +328,81 @@ class CutIndex(CutTable):
                 with pool:
                     stripes = pool.map(_parse_stripe, [(w, workers) for w in range(workers)])
         finally:
-            _REASON = None
-        parts = [p for _, p in sorted((c for stripe in stripes for c in stripe), key=lambda c: c[0])]
-        bar.update(sum(p["lines"] for p in parts))
+            _PATHS = None
+        chunks = sorted((c for stripe in stripes for c in stripe), key=lambda c: c[0])
+        out = [cls([p for _, m, p in chunks if m == k], path) for k, path in enumerate(paths)]
+        bar.update(sum(c.lines for c in out))
         bar.close()
-        stats, alphabet = DropStats(), AlphabetReport(fold=fold)
-        blocks, block_of, rows = [], [], []
-        for p in parts:
-            for reason, n in p["stats"].counts.items():
-                stats.counts[reason] = stats.counts.get(reason, 0) + n
-                ex = stats.examples.setdefault(reason, [])
-                ex += p["stats"].examples[reason][: 5 - len(ex)]
-            a = p["alphabet"]
-            alphabet.total += a.total
-            alphabet.utterances += a.utterances
-            alphabet.chars.update(a.chars)
-            alphabet.examples += a.examples[: 3 - len(alphabet.examples)]
-            block_of.append(p["block_of"] + len(blocks))
-            rows.append(p["row"])
-            blocks += p["blocks"]
-        ids = [x for p in parts for x in p["ids"]]
-        id_arr = np.array(ids, dtype=bytes) if ids else np.zeros(0, dtype="S1")
-        del ids
-
-        def cat(key, dtype):
-            return np.concatenate([p[key] for p in parts]).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
-
-        durations = cat("durs", np.float64)
-        # the fingerprints of asrkit.training.state, over the cuts sorted by id
-        order = np.argsort(id_arr, kind="stable")
-        hd, ht = hashlib.sha256(), hashlib.sha256()
-        texts = [t for p in parts for t in p["texts"]]
-        for i in order.tolist():
-            hd.update(b"%s:%s\n" % (id_arr[i], f"{durations[i]:.4f}".encode()))
-            ht.update(texts[i])
-        del texts
-        prints = {"data_fingerprint": hd.hexdigest()[:16], "text_fingerprint": ht.hexdigest()[:16]}
-        index = cls(blocks, id_arr, durations, cat("nss", np.int64), cat("srs", np.int32), prints, alphabet, stats,
-                    cat("src", np.int32))
-        index.starts = cat("starts", np.float64)
-        if parts:
-            index.block_of = np.concatenate(block_of).astype(np.int32)
-            index.row = np.concatenate(rows).astype(np.uint8)
-        return index
-
-    # ------------------------------------------------------------------------ cache
-    def save(self, path: Path) -> None:
-        with atomic_path(path) as tmp, open(tmp, "wb") as f:
-            pickle.dump({"version": INDEX_VERSION, "index": self}, f, protocol=5)
+        return out
 
     @staticmethod
-    def load(path: Path) -> Optional["CutIndex"]:
+    def concat(columns: list) -> "ManifestColumns":
+        """The columns of several manifests one after the other (``sources``: which one each cut is
+        from); one manifest's are returned as they are, with their ``sources`` set."""
+        if len(columns) == 1:
+            columns[0].sources = np.zeros(len(columns[0]), dtype=np.int32)
+            return columns[0]
+        out = ManifestColumns([])
+        nb = 0
+        keys = ("ids", "durations", "num_samples", "sampling_rates", "starts", "row", "plain", "letters", "repeats")
+        for k in keys:
+            setattr(out, k, np.concatenate([getattr(c, k) for c in columns]))
+        block_of = []
+        for c in columns:
+            block_of.append(c.block_of + nb)
+            nb += len(c.blocks)
+        out.block_of = np.concatenate(block_of)
+        out.text_start, out.text_end = np.concatenate([c.text_start for c in columns]), np.concatenate([c.text_end for c in columns])
+        out.blocks = [b for c in columns for b in c.blocks]
+        out.text_blobs = [c.text_blobs[0] for c in columns]  # (not joined: no copy)
+        out.sources = np.concatenate([np.full(len(c), k, np.int32) for k, c in enumerate(columns)])
+        out.lines = sum(c.lines for c in columns)
+        return out
+
+
+def _cache_key(path: Path) -> str:
+    st = path.stat()
+    return hashlib.sha256(json.dumps([INDEX_VERSION, str(path.resolve()), st.st_size, st.st_mtime_ns]).encode()).hexdigest()[:16]
+
+
+def manifest_columns(paths, cache_dir=None, cache: bool = True, desc: str = "") -> list:
+    """The :class:`ManifestColumns` of each cuts manifest of ``paths``, from its cache
+    (``<cache_dir or the manifest's directory>/.index/<file name>.<key>.cols.pkl``, valid while the
+    manifest's path, size and modification time are unchanged) or built (those not cached, together)
+    and cached (written atomically; older caches of the same manifest are removed; a directory that
+    cannot be written is used without cache). The data stage (``asrkit cuts``) calls it for the
+    manifests it writes, so that a training start finds them cached."""
+    paths = [Path(p) for p in ([paths] if isinstance(paths, (str, Path)) else paths)]
+    where = [Path(cache_dir or p.parent) / ".index" / f"{p.name}.{_cache_key(p)}.cols.pkl" for p in paths]
+    out = [_load_pickle(w) if cache and w.is_file() else None for w in where]
+    out = [c if isinstance(c, ManifestColumns) else None for c in out]
+    todo = [k for k, c in enumerate(out) if c is None]
+    if todo:
+        for k, cols in zip(todo, ManifestColumns.build([paths[k] for k in todo], desc)):
+            out[k] = cols
+    for k in todo if cache else []:
         try:
-            with open(path, "rb") as f:
-                st = pickle.load(f)
-        except Exception:  # noqa: BLE001 - a missing, partial or foreign cache is rebuilt
-            return None
-        return st["index"] if isinstance(st, dict) and st.get("version") == INDEX_VERSION else None
+            where[k].parent.mkdir(exist_ok=True)
+            with atomic_path(where[k]) as tmp, open(tmp, "wb") as f:
+                pickle.dump({"version": INDEX_VERSION, "index": out[k]}, f, protocol=5)
+            for old in where[k].parent.glob(f"{paths[k].name}.*.cols.pkl"):
+                if old != where[k]:
+                    old.unlink(missing_ok=True)
+        except OSError as e:
+            logger.info("%s: columns not cached (%s); they are rebuilt at every start", paths[k], e)
+    return out
 
-    def __getstate__(self) -> dict:
-        st = dict(self.__dict__)
-        st["_cache"] = {}
-        return st
+
+def _load_pickle(path: Path):
+    try:
+        with open(path, "rb") as f:
+            st = pickle.load(f)
+    except Exception:  # noqa: BLE001 - a missing, partial or foreign cache is rebuilt
+        return None
+    return st["index"] if isinstance(st, dict) and st.get("version") == INDEX_VERSION else None
 
 
-_REASON = None  #: (paths, drop_reason, fold) of the build in progress (inherited by the forked workers)
+_PATHS = None  #: the manifest of the build in progress (inherited by the forked workers)
 
 
 def _chunks(paths, w: int = 0, k: int = 1):
@@ -303,22 +439,21 @@ def _more_than_one_chunk(paths) -> bool:
 
 
 def _parse_stripe(stripe) -> list:
-    """``(w, k)``: the chunks number w, w + k, w + 2k... of the manifests (:data:`_REASON`), parsed:
-    ``[(chunk number, :func:`_parse_chunk` of it), ...]``."""
-    return [(c, _parse_chunk(chunk)) for c, chunk in _chunks(_REASON[0], *stripe)]
+    """``(w, k)``: the chunks number w, w + k, w + 2k... of the manifest (:data:`_PATHS`), parsed:
+    ``[(chunk number, number of its manifest, :func:`_parse_chunk` of it), ...]``."""
+    return [(c, chunk[0], _parse_chunk(chunk)) for c, chunk in _chunks(_PATHS, *stripe)]
 
 
 def _parse_chunk(chunk) -> dict:
-    """One chunk of manifest lines -> its kept cuts (arrays, compressed blocks of lines, transcripts)
-    and what it dropped; runs in a worker process of :meth:`CutIndex.build` or in the caller."""
-    from asrkit.data.manifests import DropStats
-    from asrkit.tokenizer import AlphabetReport
+    """One chunk of manifest lines -> the columns of its cuts (arrays, compressed blocks of lines,
+    transcripts, letter counts); runs in a worker process of :meth:`ManifestColumns.build` or in
+    the caller."""
+    from asrkit.tokenizer import WORD_BOUNDARY
 
-    _, drop_reason, fold = _REASON
-    k, path, first, lines = chunk
-    stats, alphabet = DropStats(), AlphabetReport(fold=fold)
+    _, path, first, lines = chunk
     blocks, cur, ids, texts = [], [], [], []
     durs, nss, srs, starts = array("d"), array("q"), array("i"), array("d")
+    plain, letters, repeats, text_len = array("b"), array("i"), array("i"), array("q")
     for n, raw in enumerate(lines, first):
         raw = raw.rstrip(b"\r\n")
         if not raw:
@@ -332,20 +467,23 @@ def _parse_chunk(chunk) -> dict:
                              "rerun the data stages (1 and 2) to rewrite the manifest") from None
         text = " ".join(s["text"] for s in d.get("supervisions", []) if s.get("text"))
         ns = int(round(dur * sr, 8) + 0.5)  # lhotse.utils.compute_num_samples (half up), faster
-        why = drop_reason(cid, text, dur, ns, sr)
-        if why is not None:
-            stats.add(why, cid)
-            continue
-        if text.isascii() and not _DIGIT.search(text):  # nothing outside a-z ' (the usual case): no report
-            alphabet.total += 1
+        if text.isascii() and not _DIGIT.search(text):  # nothing outside a-z ' that any fold changes
+            s = WORD_BOUNDARY.join(_WORD.findall(text.lower()))  # as _char_ctc_frames counts
+            plain.append(1)
+            letters.append(len(s))
+            repeats.append(len(_REPEAT.findall(s)))
         else:
-            alphabet.add(cid, text)
+            plain.append(0)
+            letters.append(-1)
+            repeats.append(-1)
         ids.append(cid.encode())
         durs.append(dur)
         nss.append(ns)
         srs.append(sr)
         starts.append(float(d.get("start", 0.0)))
-        texts.append(f"{cid}\t{text}\n".encode())
+        t = f"{cid}\t{text}\n".encode()
+        texts.append(t)
+        text_len.append(len(t))
         cur.append(raw)
         if len(cur) == BLOCK:
             blocks.append(zlib.compress(b"\n".join(cur), 1))
@@ -353,39 +491,70 @@ def _parse_chunk(chunk) -> dict:
     if cur:
         blocks.append(zlib.compress(b"\n".join(cur), 1))
     m = len(ids)
-    return {"lines": len(lines), "ids": ids, "texts": texts, "stats": stats, "alphabet": alphabet, "blocks": blocks,
+    return {"lines": len(lines), "ids": ids, "texts": b"".join(texts), "blocks": blocks,
             "durs": np.frombuffer(durs, np.float64), "nss": np.frombuffer(nss, np.int64),
             "srs": np.frombuffer(srs, np.int32), "starts": np.frombuffer(starts, np.float64),
-            "src": np.full(m, k, np.int32), "block_of": np.arange(m, dtype=np.int32) // BLOCK,
-            "row": (np.arange(m) % BLOCK).astype(np.uint8)}
+            "plain": np.frombuffer(plain, np.int8).astype(bool), "letters": np.frombuffer(letters, np.int32),
+            "repeats": np.frombuffer(repeats, np.int32), "text_len": np.frombuffer(text_len, np.int64),
+            "block_of": np.arange(m, dtype=np.int32) // BLOCK, "row": (np.arange(m) % BLOCK).astype(np.uint8)}
+
+
+class _TrainFilter:
+    """The rule of :func:`asrkit.data.dataset.filter_cuts` (same reasons, same order): as
+    ``(id, text, duration, num_samples, sampling_rate) -> reason or None``, and on the columns of
+    manifests at once (:meth:`codes`)."""
+
+    def __init__(self, tokenizer, hop: float, frontend_stride: int, min_duration: float, max_duration: float):
+        from asrkit.data.dataset import ctc_min_frames
+
+        self.hop, self.stride, self.min, self.max = hop, frontend_stride, min_duration, max_duration
+        self.letters = _char_ctc_frames(tokenizer)
+        if self.letters is None:
+            def needs(text):
+                toks = tokenizer.encode(text)
+                return len(toks), ctc_min_frames(toks)
+            self.needs = needs
+        else:
+            self.needs = self.letters
+        self.names = [None, "empty transcript", f"shorter than {min_duration} s", f"longer than {max_duration} s",
+                      "too short for its transcript"]
+
+    def __call__(self, cid, text, dur, ns, sr):
+        from asrkit.data.features import num_frames
+
+        n_toks, n_frames = self.needs(text)
+        if not n_toks:
+            return self.names[1]
+        if dur < self.min:
+            return self.names[2]
+        if dur > self.max:
+            return self.names[3]
+        if -(-num_frames(ns, sr, self.hop) // self.stride) < n_frames:
+            return self.names[4]
+        return None
+
+    def codes(self, c: ManifestColumns) -> tuple:
+        """``(reasons, code of each cut)``: ``reasons[code]`` is why it is dropped (code 0: kept)."""
+        if self.letters is not None:  # the counts were taken while parsing; transcripts no fold leaves alone are redone
+            n_toks, n_frames = c.letters.astype(np.int64), (c.letters + c.repeats).astype(np.int64)
+            redo = np.flatnonzero(~c.plain)
+        else:
+            n_toks, n_frames = np.zeros(len(c), np.int64), np.zeros(len(c), np.int64)
+            redo = np.arange(len(c))
+        for i in redo.tolist():
+            n_toks[i], n_frames[i] = self.needs(c.text(i))
+        avail = -(-_num_frames_vec(c.num_samples, c.sampling_rates, self.hop) // self.stride)
+        code = np.select([n_toks == 0, c.durations < self.min, c.durations > self.max, avail < n_frames],
+                         [1, 2, 3, 4], 0).astype(np.int8)
+        return self.names, code
 
 
 def train_drop_reason(tokenizer, hop: float, frontend_stride: int, min_duration: float = 0.0,
-                      max_duration: float = float("inf")):
+                      max_duration: float = float("inf")) -> _TrainFilter:
     """The rule of :func:`asrkit.data.dataset.filter_cuts` as ``(id, text, duration, num_samples,
-    sampling_rate) -> reason or None`` (same reasons, same order)."""
-    from asrkit.data.dataset import ctc_min_frames
-    from asrkit.data.features import num_frames
-
-    needs = _char_ctc_frames(tokenizer)
-    if needs is None:
-        def needs(text):
-            toks = tokenizer.encode(text)
-            return len(toks), ctc_min_frames(toks)
-
-    def reason(cid, text, dur, ns, sr):
-        n_toks, n_frames = needs(text)
-        if not n_toks:
-            return "empty transcript"
-        if dur < min_duration:
-            return f"shorter than {min_duration} s"
-        if dur > max_duration:
-            return f"longer than {max_duration} s"
-        if -(-num_frames(ns, sr, hop) // frontend_stride) < n_frames:
-            return "too short for its transcript"
-        return None
-
-    return reason
+    sampling_rate) -> reason or None`` (same reasons, same order), vectorized over
+    :class:`ManifestColumns` by its ``codes`` method."""
+    return _TrainFilter(tokenizer, hop, frontend_stride, min_duration, max_duration)
 
 
 _DIGIT = re.compile(r"[0-9`]")  # (the one ASCII character folded to another: ` -> ')
@@ -423,8 +592,10 @@ def load_train_index(manifest_dir, corpus: str, sets, tokenizer, features, front
     With ``cache``, the index is saved next to the manifests
     (``<manifest_dir>/.index/<corpus>_<sets>.<key>.pkl``, written atomically; every DDP rank may
     write it, with the same content) and reused while the manifests (size, modification time) and
-    what the filter depends on (tokenizer, hop, stride, duration limits) are unchanged; a manifest
-    directory that cannot be written is used without cache. ``paths`` (and ``cache_dir``): read
+    what the filter depends on (tokenizer, hop, stride, duration limits) are unchanged; when it is
+    not, the index is derived from the manifests' cached columns (:func:`manifest_columns`, which
+    stage 2 writes; built here when missing). A manifest directory that cannot be written is used
+    without cache. ``paths`` (and ``cache_dir``): read
     these cuts manifests instead (Shar shards' cuts, :mod:`asrkit.data.shar`)."""
     from asrkit.data.manifests import manifest_path
 
@@ -444,8 +615,10 @@ def load_train_index(manifest_dir, corpus: str, sets, tokenizer, features, front
         if index is not None:
             logger.info("%s: %d training utterances from the index %s", where, len(index), cache_path)
             return _report(index, where)
-    index = CutIndex.build(paths, train_drop_reason(tokenizer, features.hop, frontend_stride, min_duration, max_duration),
-                           getattr(tokenizer, "fold", "none"), where)
+    columns = manifest_columns(paths, cache_dir, cache, where)
+    index = CutIndex.derive(columns, train_drop_reason(tokenizer, features.hop, frontend_stride, min_duration, max_duration),
+                            getattr(tokenizer, "fold", "none"))
+    del columns
     if cache:
         try:
             cache_path.parent.mkdir(exist_ok=True)

@@ -179,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"asrkit cuts: {e}", file=sys.stderr)
         return 2
+    from asrkit.data.cut_index import manifest_columns
+
     for part in args.parts:
         feats = None
         path = manifest_path(args.manifest_dir, args.corpus, "cuts", part)
@@ -218,10 +220,18 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{args.corpus}/{part}: fbank stored before: {store.cuts_path(args.corpus, part)}")
         if store is not None and part in args.fbank_parts and part in args.speed_parts:
             _store_speed_copies(store, cuts, args.corpus, part, speeds, args.num_jobs)
+        # the columns a training start filters (asrkit.data.cut_index): read once here, not at every first start
+        manifest_columns(path, desc=f"{args.corpus}/{part}")
+        if store is not None and part in args.fbank_parts:
+            manifest_columns(store.cuts_path(args.corpus, part), desc=f"{args.corpus}/{part} (stored fbank)")
         if args.shar_dir is not None and part in args.shar_parts:
             from asrkit.data.shar import write_part as write_shar
 
             print(f"{args.corpus}/{part}: Lhotse Shar shards -> {write_shar(cuts, args.shar_dir, args.corpus, part, args.shar_shard_size)}")
+            from asrkit.data.shar import read_shards
+
+            manifest_columns([s["cuts"] for s in read_shards(args.shar_dir, args.corpus, [part])], args.shar_dir,
+                             desc=f"{args.corpus}/{part} (Shar shards)")
     if args.longform:
         from asrkit.data.longform import build as build_longform
 
