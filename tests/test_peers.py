@@ -152,7 +152,7 @@ def test_kaldi_dir_copy_resolves_relative_paths_and_cuts_segments(tmp_path):
 
 
 @pytest.mark.parametrize("line, match", [("a WAVE/missing.wav", "found relative to none"),
-                                         ("a sox in.wav -t wav - |", "is a command")])
+                                         ("a python3 -m asrkit.inference.audio in.mp3 |", "is a command")])
 def test_kaldi_dir_copy_bad_audio_names_the_file_and_line(tmp_path, line, match):
     src = tmp_path / "d"
     src.mkdir()

@@ -338,9 +338,8 @@ class ManifestColumns:
     @staticmethod
     def concat(columns: list) -> "ManifestColumns":
         """The columns of several manifests one after the other (``sources``: which one each cut is
-        from); one manifest's are returned as they are, with their ``sources`` set."""
+        from); one manifest's are returned as they are."""
         if len(columns) == 1:
-            columns[0].sources = np.zeros(len(columns[0]), dtype=np.int32)
             return columns[0]
         out = ManifestColumns([])
         nb = 0
@@ -448,8 +447,6 @@ def _parse_chunk(chunk) -> dict:
     """One chunk of manifest lines -> the columns of its cuts (arrays, compressed blocks of lines,
     transcripts, letter counts); runs in a worker process of :meth:`ManifestColumns.build` or in
     the caller."""
-    from asrkit.tokenizer import WORD_BOUNDARY
-
     _, path, first, lines = chunk
     blocks, cur, ids, texts = [], [], [], []
     durs, nss, srs, starts = array("d"), array("q"), array("i"), array("d")
@@ -468,10 +465,10 @@ def _parse_chunk(chunk) -> dict:
         text = " ".join(s["text"] for s in d.get("supervisions", []) if s.get("text"))
         ns = int(round(dur * sr, 8) + 0.5)  # lhotse.utils.compute_num_samples (half up), faster
         if text.isascii() and not _DIGIT.search(text):  # nothing outside a-z ' that any fold changes
-            s = WORD_BOUNDARY.join(_WORD.findall(text.lower()))  # as _char_ctc_frames counts
+            n_tok, n_frames = _letter_counts(text.lower())
             plain.append(1)
-            letters.append(len(s))
-            repeats.append(len(_REPEAT.findall(s)))
+            letters.append(n_tok)
+            repeats.append(n_frames - n_tok)
         else:
             plain.append(0)
             letters.append(-1)
@@ -575,12 +572,18 @@ def _char_ctc_frames(tokenizer):
     fold = tokenizer.fold
 
     def needs(text):
-        # normalize_for_tokens(text).split(): the runs of [a-z'] of the folded, lower-cased text
-        words = _WORD.findall((text if fold == "none" else fold_text(text, fold)).lower())
-        s = WORD_BOUNDARY.join(words)
-        return len(s), len(s) + len(_REPEAT.findall(s))
+        return _letter_counts((text if fold == "none" else fold_text(text, fold)).lower())
 
     return needs
+
+
+def _letter_counts(lowered: str) -> tuple:
+    """``(tokens, ctc_min_frames)`` of the letters tokenizer for a folded, lower-cased text:
+    normalize_for_tokens(text).split() is its runs of [a-z'], joined by the word boundary."""
+    from asrkit.tokenizer import WORD_BOUNDARY
+
+    s = WORD_BOUNDARY.join(_WORD.findall(lowered))
+    return len(s), len(s) + len(_REPEAT.findall(s))
 
 
 def load_train_index(manifest_dir, corpus: str, sets, tokenizer, features, frontend_stride: int,
