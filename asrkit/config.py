@@ -177,6 +177,10 @@ class TrainConfig:
     #: average of the weights where it kept one) or a checkpoint file. The model's shapes and the
     #: tokenizer must be the same (checked). A run that resumes from its own checkpoint ignores it.
     init_from: str = ""
+    #: with init_from: take everything but the token-sized layers (the CTC output layer and any
+    #: attention decoder), which start afresh, so that a model of another tokenizer (letters ->
+    #: phones, another BPE) starts this one's encoder (NeMo's change_vocabulary)
+    init_new_head: bool = False
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""Tokenizers: letters (+ apostrophe + word boundary, as in the CAPE paper) and sentencepiece.
+"""Tokenizers: letters (+ apostrophe + word boundary, as in the CAPE paper), sentencepiece, and
+phones of a pronunciation lexicon (Kaldi ``lexicon.txt``).
 
 Id 0 is always the CTC blank. ``asrkit tokens`` trains one from a cuts manifest and writes it
 to a single file that :func:`load_tokenizer` reads back.
@@ -166,11 +167,98 @@ class SentencePieceTokenizer:
         return cls(buf.getvalue(), kind, fold)
 
 
-Tokenizer = "CharTokenizer | SentencePieceTokenizer"
+_STRESS = re.compile(r"(?<=[A-Za-z])[0-2]$")
 
 
-#: tokens.kind values: letters, or a sentencepiece model type
-TOKENIZER_KINDS = ("letters", "bpe", "unigram")
+def read_lexicon(path: str | Path, stress: bool = False) -> dict[str, list[tuple[str, ...]]]:
+    """A Kaldi ``lexicon.txt`` (``WORD phone phone ...`` per line, a word on several lines for
+    several pronunciations) as ``{normalized word: [pronunciations]}``, in file order. Stress
+    digits of ARPAbet vowels (``AH0``) are removed unless ``stress``; a pronunciation repeated
+    after that is kept once. Words are normalized as transcripts are (:func:`normalize_for_tokens`),
+    so ``DON'T`` is ``don't``; a word that does not normalize to one word is an error."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"lexicon {path} does not exist (a Kaldi lexicon.txt: WORD phone phone ... per line)")
+    lex: dict[str, list[tuple[str, ...]]] = {}
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            fields = line.split()
+            if not fields:
+                continue
+            if len(fields) < 2:
+                raise ValueError(f"{path}:{n}: word {fields[0]!r} has no phones (expected: WORD phone phone ...)")
+            word = normalize_for_tokens(fields[0])
+            if not word or " " in word:
+                raise ValueError(f"{path}:{n}: word {fields[0]!r} is not one word of letters and apostrophes "
+                                 f"(it normalizes to {word!r}); remove the line or spell the word out")
+            pron = tuple(p if stress else _STRESS.sub("", p) for p in fields[1:])
+            prons = lex.setdefault(word, [])
+            if pron not in prons:
+                prons.append(pron)
+    if not lex:
+        raise ValueError(f"lexicon {path} is empty")
+    return lex
+
+
+class PhoneTokenizer:
+    """The phones of a pronunciation lexicon (+ blank = 0); no word boundary token. A transcript
+    is the first pronunciation of each of its words; every pronunciation goes into the decoding
+    graph's lexicon (:mod:`asrkit.decode.wfst`), which turns phones into words. The lexicon is
+    stored in the tokenizer file, so a model carries it."""
+
+    kind = "phones"
+
+    def __init__(self, lexicon: dict[str, list[Sequence[str]]], fold: str = "none") -> None:
+        self.fold = _check_fold(fold)
+        self.lexicon = {w: [tuple(p) for p in prons] for w, prons in lexicon.items()}
+        self.tokens: list[str] = [BLANK] + sorted({ph for prons in self.lexicon.values() for p in prons for ph in p})
+        self._ids = {t: i for i, t in enumerate(self.tokens)}
+        self.blank_id = 0
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.tokens)
+
+    def missing(self, text: str) -> list[str]:
+        """The words of ``text`` that are not in the lexicon."""
+        return [w for w in normalize_for_tokens(text, self.fold).split() if w not in self.lexicon]
+
+    def pronunciations(self, word: str) -> list[list[int]]:
+        """Token ids of every pronunciation of ``word`` ([] when it is not in the lexicon)."""
+        return [[self._ids[p] for p in pron] for pron in self.lexicon.get(normalize_for_tokens(word, self.fold), [])]
+
+    def encode(self, text: str) -> list[int]:
+        ids: list[int] = []
+        for w in normalize_for_tokens(text, self.fold).split():
+            prons = self.lexicon.get(w)
+            if not prons:
+                raise KeyError(f"word {w!r} is not in the phone tokenizer's lexicon ({len(self.lexicon)} words): "
+                               "add its pronunciation to the lexicon and rerun the token stage")
+            ids.extend(self._ids[p] for p in prons[0])
+        return ids
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Phones, space-separated (words need the lexicon: decode with a TLG graph)."""
+        return " ".join(self.tokens[i] for i in ids if i != self.blank_id)
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "lexicon": {w: [" ".join(p) for p in prons] for w, prons in self.lexicon.items()},
+                **({"fold": self.fold} if self.fold != "none" else {})}
+
+
+Tokenizer = "CharTokenizer | SentencePieceTokenizer | PhoneTokenizer"
+
+
+#: tokens.kind values: letters, a sentencepiece model type, or phones of a lexicon
+TOKENIZER_KINDS = ("letters", "bpe", "unigram", "phones")
+
+
+def reference_for_greedy(tokenizer, text: str) -> str:
+    """What a greedy CTC hypothesis (``tokenizer.decode``) is scored against: the transcript
+    (folded as the model was trained), or for phones its phones."""
+    if getattr(tokenizer, "kind", "") == "phones":
+        return tokenizer.decode(tokenizer.encode(text))
+    return fold_text(text, getattr(tokenizer, "fold", "none"))
 
 
 def _check_fold(fold: str) -> str:
@@ -179,9 +267,23 @@ def _check_fold(fold: str) -> str:
     return fold
 
 
-def train_tokenizer(texts: Iterable[str], kind: str = "letters", vocab_size: int = 256, fold: str = "none"):
+def train_tokenizer(texts: Iterable[str], kind: str = "letters", vocab_size: int = 256, fold: str = "none",
+                    lexicon: str | Path | None = None, stress: bool = False):
+    """A tokenizer for ``texts``. ``kind="phones"`` needs ``lexicon`` (a Kaldi lexicon.txt) and
+    raises a ValueError naming the words of ``texts`` it lacks."""
     if kind == "letters":
         return CharTokenizer(fold)
+    if kind == "phones":
+        if lexicon is None:
+            raise ValueError("tokenizer kind 'phones' needs a pronunciation lexicon (asrkit tokens --lexicon "
+                             "lexicon.txt; recipes: --lexicon)")
+        tok = PhoneTokenizer(read_lexicon(lexicon, stress), fold)
+        missing = Counter(w for t in texts for w in tok.missing(t))
+        if missing:
+            ex = ", ".join(f"{w} ({n})" for w, n in missing.most_common(10))
+            raise ValueError(f"{len(missing)} words of the training transcripts are not in the lexicon {lexicon}, "
+                             f"e.g. {ex}: add their pronunciations to it (WORD phone phone ...)")
+        return tok
     if kind in ("bpe", "unigram"):
         return SentencePieceTokenizer.train(texts, kind, vocab_size, fold)
     raise ValueError(f"unknown tokenizer kind {kind!r}; valid: {', '.join(TOKENIZER_KINDS)}")
@@ -206,6 +308,8 @@ def load_tokenizer(path: str | Path):
         import base64
 
         return SentencePieceTokenizer(base64.b64decode(d["model"]), d["kind"], fold)
+    if d.get("kind") == "phones":
+        return PhoneTokenizer({w: [p.split() for p in prons] for w, prons in d["lexicon"].items()}, fold)
     raise ValueError(f"tokenizer file {path}: unknown kind {d.get('kind')!r}")
 
 
@@ -224,7 +328,11 @@ def main(argv: list[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(prog="asrkit tokens", description="Train a tokenizer on the transcripts of cuts manifests.")
     p.add_argument("--cuts", nargs="+", type=Path, required=True, help="cuts manifests with the training texts")
-    p.add_argument("--kind", default="letters", choices=["letters", "bpe", "unigram"])
+    p.add_argument("--kind", default="letters", choices=list(TOKENIZER_KINDS))
+    p.add_argument("--lexicon", type=Path, help="--kind phones: pronunciation lexicon (Kaldi lexicon.txt: "
+                   "WORD phone phone ... per line)")
+    p.add_argument("--stress", action="store_true", help="--kind phones: keep the stress digits of ARPAbet "
+                   "vowels (AH0, AH1) as separate phones (default: removed)")
     p.add_argument("--vocab-size", type=int, default=256)
     p.add_argument("--fold", default="none", choices=list(TEXT_FOLDS),
                    help="map transcripts before tokenizing: ascii = accented letters to ASCII (CAFÉ -> CAFE, "
@@ -233,7 +341,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     setup_logging()
     utts = [(s.id, s.text or "") for path in args.cuts for c in load_manifest(path) for s in c.supervisions]
-    tok = train_tokenizer([t for _, t in utts], args.kind, args.vocab_size, args.fold)
+    try:
+        tok = train_tokenizer([t for _, t in utts], args.kind, args.vocab_size, args.fold, args.lexicon, args.stress)
+    except (ValueError, FileNotFoundError) as e:
+        p.exit(2, f"asrkit tokens: error: {e}\n")
     save_tokenizer(tok, args.out)
     report = alphabet_report(utts, args.fold).describe(", ".join(str(c) for c in args.cuts))
     if report:

@@ -72,6 +72,27 @@ def test_other_shapes_or_tokenizer_are_refused_naming_them(corpus, source, tmp_p
     torch.save(st, other)
     err = _error(corpus, tmp_path, capsys, train__init_from=str(other))
     assert "its tokenizer (29 tokens) is not this run's (29 tokens, in another order" in err
-    assert f"tokens.path={corpus['tokens']}" in err
+    assert f"tokens.path={corpus['tokens']}" in err and "train.init_new_head=true" in err
     err = _error(corpus, tmp_path, capsys, train__init_from=str(tmp_path / "nowhere"))
     assert "no such experiment dir or checkpoint file" in err
+
+
+def test_new_head_takes_the_encoder_of_a_source_with_another_tokenizer(corpus, source, tmp_path):
+    """train.init_new_head: a source trained with other tokens (two swapped) starts this run's
+    encoder; the CTC output layer keeps this run's own fresh start (that of a run from scratch)."""
+    from asrkit.checkpoint import list_checkpoints
+
+    st = torch.load(list_checkpoints(source)[-1], map_location="cpu", weights_only=False)
+    st["vocab"][3], st["vocab"][4] = st["vocab"][4], st["vocab"][3]
+    other = tmp_path / "other_tokens.pt"
+    torch.save(st, other)
+    lr0 = dict(train__max_steps=1, optim__lr=1e-12)
+    exp = tmp_path / "new_head"
+    assert H.run_inprocess(exp, H.overrides(corpus, train__init_from=str(other), train__init_new_head=True, **lr0)) == 0
+    scratch = tmp_path / "scratch"
+    assert H.run_inprocess(scratch, H.overrides(corpus, **lr0)) == 0
+    got, want, fresh = H.last_params(exp), _ema_of(source), H.last_params(scratch)
+    body = [k for k in want if not k.startswith("ctc_head.")]
+    assert body and max(float((got[k] - want[k]).abs().max()) for k in body) < 1e-6
+    assert all(torch.equal(got[k], fresh[k]) for k in ("ctc_head.weight", "ctc_head.bias"))
+    assert "the output layer starts afresh" in (exp / "train.log").read_text()

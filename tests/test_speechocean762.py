@@ -114,6 +114,23 @@ def test_all_stages(recipe):
     assert p.returncode == 0 and p.stdout.count("skipping") == 6, p.all[-3000:]
 
 
+def test_phone_targets_of_the_corpus_lexicon_decode_to_words(recipe):
+    p = run(recipe, "--stage", "3", "--stop_stage", "6", "--token_type", "phones", "--tag", "phones",
+            "--train_config", "conf/train_smoke.yaml", "--nj", "1")
+    assert p.returncode == 0, p.all[-6000:]
+    tok = json.loads((recipe / "data" / "tokens" / "phones.json").read_text())
+    lexicon = {line.split()[0].lower() for line in (FIX / "resource" / "lexicon.txt").read_text().splitlines()}
+    assert tok["kind"] == "phones" and set(tok["lexicon"]) == lexicon  # the corpus's own lexicon, by default
+    assert tok["lexicon"]["zero"] == ["Z IH AH OW", "Z IH ER OW", "Z IH R OW"]  # stress removed
+    graph = json.loads((recipe / "data" / "lm" / "graph_phones_3gram" / "graph.json").read_text())
+    assert graph["kind"] == "phone" and graph["num_words"] == 10
+    exp = recipe / "exp" / "phones"
+    for s in ("test", "test_longform"):
+        hyps = [json.loads(line)["hyp"] for line in (exp / f"decode_{s}" / "hyp.jsonl").read_text().splitlines()]
+        assert all(w.lower() in lexicon for h in hyps for w in h.split()), hyps  # words, not phones
+        assert json.loads((exp / f"decode_{s}" / "wer.json").read_text())["overall"]["snt"] >= 1
+
+
 def test_longform_audio_is_the_files_joined(recipe):
     import numpy as np
     import soundfile as sf

@@ -122,7 +122,7 @@ def test_graph_cache_and_atomicity(arpa, tmp_path):
 def test_sentencepiece_lexicon(arpa, tmp_path):
     tok = PieceTok(PIECES)
     lex, bad = make_lexicon(tok, ["the", "cat", "kat", "at", "ball", "zzz"])
-    assert bad == ["at", "zzz"] and lex["cat"] == tok.encode("cat")  # no piece spells "▁at"
+    assert bad == ["at", "zzz"] and lex["cat"] == [tok.encode("cat")]  # no piece spells "▁at"
     graph = build_tlg(tok, None, arpa, tmp_path / "sp")
     k, c = tok.ids["\u2581k"], tok.ids["\u2581c"]
     assert _decode(graph, tok, "the kat sat", {k: {k: 0.5, c: 0.4}})[0] == ["the", "cat", "sat"]
@@ -130,9 +130,9 @@ def test_sentencepiece_lexicon(arpa, tmp_path):
 
 
 def test_disambiguation_symbols():
-    lex = {"a": [1], "at": [1, 2], "b": [3], "bee": [3], "c": [4]}
+    lex = {"a": [[1]], "at": [[1, 2]], "b": [[3]], "bee": [[3]], "c": [[4], [1, 2]]}
     d, top = add_disambig(lex)
-    assert d == {"a": 1, "at": 0, "b": 1, "bee": 2, "c": 0} and top == 2
+    assert d == {("a", 0): 1, ("at", 0): 1, ("b", 0): 1, ("bee", 0): 2, ("c", 0): 0, ("c", 1): 2} and top == 2
 
 
 def test_cli_graph(arpa, tmp_path, monkeypatch, capsys):

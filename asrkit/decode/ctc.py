@@ -101,7 +101,10 @@ class Hypothesis:
 
 def word_boundary_kind(tokenizer: Tokenizer) -> str:
     """``"letter"`` if the tokenizer has the ``|`` boundary token, ``"piece"`` if it has
-    ``▁``-prefixed pieces; raises otherwise."""
+    ``▁``-prefixed pieces, ``"phone"`` for a phone tokenizer (words come from its lexicon);
+    raises otherwise."""
+    if getattr(tokenizer, "kind", "") == "phones":
+        return "phone"
     toks = list(tokenizer.tokens)
     if WORD_BOUNDARY in toks:
         return "letter"

@@ -152,6 +152,11 @@ class Decoder:
 
     def __init__(self, model, cfg, tokenizer):
         self.model, self.cfg, self.tok = model, cfg, tokenizer
+        if getattr(tokenizer, "kind", "") == "phones" and cfg.decode.method != Wfst.name:
+            raise ConfigError(
+                f"decode.method={cfg.decode.method} writes phones, not words, for this phone model (tokens.kind="
+                "phones): decode with decode.method=wfst decode.lm=<graph dir>, a TLG graph of the model's tokenizer "
+                "(`asrkit lm graph --tokens <tokenizer.json> --arpa <lm.arpa> --out <graph dir>`)")
         self.method = DECODE_METHODS[cfg.decode.method](model, cfg, tokenizer)
 
     @torch.no_grad()

@@ -12,8 +12,10 @@ Graph (``build_tlg``):
   separated by the boundary token ``|``; a ``|`` before the first or after the last word, and
   repeated ``|``, are accepted too. Sentencepiece tokenizers: a word is its pieces
   (``tokenizer.encode(word)``, first piece ``▁``-prefixed), words follow each other directly.
-  A pronunciation that is a prefix of another one or shared by several words gets a
-  disambiguation symbol ``#1, #2, ...``; ``#0`` self-loops pass G's back-off symbol through.
+  Phone tokenizers: a word is any of its pronunciations in the tokenizer's lexicon, words follow
+  each other directly. A pronunciation that is a prefix of another one or shared by several
+  words gets a disambiguation symbol ``#1, #2, ...``; ``#0`` self-loops pass G's back-off
+  symbol through.
 * **G** from the ARPA file with ``kaldilm.arpa2fst`` (back-off arcs on ``#0``, ``<s>``/``</s>``
   as epsilon, n-grams with words outside the lexicon dropped).
 * ``LG = minimize_encoded(determinize_star(L o G))`` (log semiring), which the disambiguation
@@ -82,37 +84,43 @@ def spell(tokenizer: Tokenizer, word: str, kind: Optional[str] = None) -> Option
     return ids
 
 
-def make_lexicon(tokenizer: Tokenizer, words: Iterable[str]) -> Tuple[Dict[str, List[int]], List[str]]:
-    """``({word: token ids}, [words that could not be spelled])``, in sorted word order."""
+def make_lexicon(tokenizer: Tokenizer, words: Iterable[str]) -> Tuple[Dict[str, List[List[int]]], List[str]]:
+    """``({word: [token ids of each pronunciation]}, [words that could not be spelled])``, in sorted
+    word order. Letters and pieces have one pronunciation per word (the spelling); a phone
+    tokenizer has those of its lexicon."""
     kind = word_boundary_kind(tokenizer)
-    lex: Dict[str, List[int]] = {}
+    lex: Dict[str, List[List[int]]] = {}
     bad: List[str] = []
     for w in sorted(set(words)):
         if not w or w in _SPECIAL_WORDS or w.startswith("#"):
             continue
-        ids = spell(tokenizer, w, kind)
-        if ids is None:
-            bad.append(w)
+        if kind == "phone":
+            prons = tokenizer.pronunciations(w)
         else:
-            lex[w] = ids
+            ids = spell(tokenizer, w, kind)
+            prons = [] if ids is None else [ids]
+        if prons:
+            lex[w] = prons
+        else:
+            bad.append(w)
     return lex, bad
 
 
-def add_disambig(lexicon: Dict[str, List[int]]) -> Tuple[Dict[str, int], int]:
-    """Disambiguation index per word (0 = none) for pronunciations that are a proper prefix of
-    another or shared by several words, and the highest index used."""
-    prons = {w: tuple(p) for w, p in lexicon.items()}
+def add_disambig(lexicon: Dict[str, List[List[int]]]) -> Tuple[Dict[Tuple[str, int], int], int]:
+    """Disambiguation index per ``(word, pronunciation index)`` (0 = none) for pronunciations
+    that are a proper prefix of another or shared by several entries, and the highest index used."""
+    prons = {(w, k): tuple(p) for w, ps in lexicon.items() for k, p in enumerate(ps)}
     count = Counter(prons.values())
     prefixes = {p[:i] for p in prons.values() for i in range(1, len(p))}
     nxt: Dict[tuple, int] = defaultdict(int)
-    out: Dict[str, int] = {}
-    for w in sorted(prons):
-        p = prons[w]
+    out: Dict[Tuple[str, int], int] = {}
+    for e in sorted(prons):
+        p = prons[e]
         if p in prefixes or count[p] > 1:
             nxt[p] += 1
-            out[w] = nxt[p]
+            out[e] = nxt[p]
         else:
-            out[w] = 0
+            out[e] = 0
     return out, max(nxt.values(), default=0)
 
 
@@ -124,9 +132,9 @@ def _arc(il: int, ol: int, w: float, ns: int):
 
 
 def build_lexicon_fst(
-    lexicon: Dict[str, List[int]],
+    lexicon: Dict[str, List[List[int]]],
     word_ids: Dict[str, int],
-    disambig: Dict[str, int],
+    disambig: Dict[Tuple[str, int], int],
     kind: str,
     boundary_id: Optional[int],
     disambig_base: int,
@@ -153,15 +161,16 @@ def build_lexicon_fst(
     d0 = disambig_base  # #0
     for s in loop_states:
         L.add_arc(s, _arc(d0, word_ids["#0"], 0.0, s))
-    for w, ids in lexicon.items():
-        labels = [i + 1 for i in ids]
-        if disambig[w]:
-            labels.append(disambig_base + disambig[w])
-        cur = s0
-        for j, il in enumerate(labels):
-            nxt = end if j == len(labels) - 1 else L.add_state()
-            L.add_arc(cur, _arc(il, word_ids[w] if j == 0 else 0, 0.0, nxt))
-            cur = nxt
+    for w, prons in lexicon.items():
+        for k, ids in enumerate(prons):
+            labels = [i + 1 for i in ids]
+            if disambig[w, k]:
+                labels.append(disambig_base + disambig[w, k])
+            cur = s0
+            for j, il in enumerate(labels):
+                nxt = end if j == len(labels) - 1 else L.add_state()
+                L.add_arc(cur, _arc(il, word_ids[w] if j == 0 else 0, 0.0, nxt))
+                cur = nxt
     kaldifst.arcsort(L, sort_type="olabel")
     return L
 
@@ -239,7 +248,8 @@ def build_tlg(
     """Build (or reuse) ``out_dir/TLG.fst`` for ``tokenizer`` and the LM ``arpa_path``.
 
     Args:
-        tokenizer: see :class:`asrkit.decode.ctc.Tokenizer` (letters with ``|`` or sentencepiece).
+        tokenizer: see :class:`asrkit.decode.ctc.Tokenizer` (letters with ``|``, sentencepiece, or
+            phones with their lexicon).
         words: lexicon words; ``None`` takes every unigram of the ARPA file. Words the tokenizer
             cannot spell are skipped (logged); n-grams with words outside the lexicon are dropped.
         arpa_path: word n-gram LM in ARPA format (plain text; ``.gz`` is decompressed first).
@@ -261,7 +271,8 @@ def build_tlg(
     V = len(tokens)
     word_list = sorted(set(arpa_words(arpa_path) if words is None else words))
     key_src = json.dumps(
-        {"format": GRAPH_FORMAT, "tokens": tokens, "blank": blank, "words": word_list, "arpa": _sha256_file(arpa_path)}
+        {"format": GRAPH_FORMAT, "tokens": tokens, "blank": blank, "words": word_list, "arpa": _sha256_file(arpa_path),
+         **({"lexicon": tokenizer.lexicon} if kind == "phone" else {})}
     )
     key = hashlib.sha256(key_src.encode()).hexdigest()
     meta_path = out_dir / "graph.json"

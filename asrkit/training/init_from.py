@@ -3,8 +3,10 @@
 The source is an experiment dir (its newest checkpoint, the moving average of the weights where
 the run kept one, as decoding uses) or a checkpoint file. Its tokenizer must be this run's (the
 same tokens in the same order: the output layer's rows are tokens) and every parameter must have
-this model's shape; otherwise the run stops before any step, naming what differs. The optimizer,
-schedule and step count start afresh; only the weights are taken.
+this model's shape; otherwise the run stops before any step, naming what differs. With
+``train.init_new_head`` the token-sized layers (:data:`HEAD_PREFIXES`: the CTC output layer and
+any attention decoder) are not taken and keep this run's fresh initialization, so the tokenizers
+may differ. The optimizer, schedule and step count start afresh; only the weights are taken.
 """
 from __future__ import annotations
 
@@ -45,25 +47,38 @@ def shape_problems(have: dict, want: dict) -> list[str]:
     return problems
 
 
-def init_weights(spec: str, model: torch.nn.Module, tokens: list[str], ema_model=None) -> str:
-    """Load the weights of ``spec`` into ``model`` (and ``ema_model``); returns what was loaded."""
+#: the layers whose shapes follow the tokenizer: left out by ``train.init_new_head``
+HEAD_PREFIXES = ("ctc_head.", "decoder.")
+
+
+def init_weights(spec: str, model: torch.nn.Module, tokens: list[str], ema_model=None, new_head: bool = False) -> str:
+    """Load the weights of ``spec`` into ``model`` (and ``ema_model``); returns what was loaded.
+    ``new_head``: all but the :data:`HEAD_PREFIXES` layers, whatever the source's tokenizer."""
     st = _source(spec)
-    if list(st["vocab"]) != list(tokens):
+    if list(st["vocab"]) != list(tokens) and not new_head:
         raise TrainingError(
             f"train.init_from={spec}: its tokenizer ({len(st['vocab'])} tokens) is not this run's "
             f"({len(tokens)} tokens{'' if len(st['vocab']) != len(tokens) else ', in another order or with other tokens'}); "
-            f"train with the tokenizer it was trained with: tokens.path={st['config']['tokens']['path']}")
-    problems = shape_problems(st["model"], model.state_dict())
+            f"train with the tokenizer it was trained with: tokens.path={st['config']['tokens']['path']}, or add "
+            "train.init_new_head=true to take its encoder only (the output layer starts afresh)")
+    want = model.state_dict()
+    have = st["model"]
+    if new_head:
+        def body(d):
+            return {k: v for k, v in d.items() if not k.startswith(HEAD_PREFIXES)}
+        want, have = body(want), body(have)
+    problems = shape_problems(have, want)
     if problems:
         shown = "; ".join(problems[:6]) + (f"; and {len(problems) - 6} more" if len(problems) > 6 else "")
         raise TrainingError(f"train.init_from={spec}: its model does not have this model's shapes ({shown}); use "
                             "this run's config with the encoder, frontend and decoder settings of the source "
                             f"run (its config: {Path(st['info']['checkpoint']).parent.parent / 'config.yaml'})")
-    model.load_state_dict(st["model"])
+    model.load_state_dict(have, strict=not new_head)
     if ema_model is not None:
-        ema_model.load_state_dict(st["model"])
+        ema_model.load_state_dict(model.state_dict())
     info = st["info"]
     what = (f"{info['checkpoint']} (step {info['step']}, "
-            f"{'the moving average of its weights' if info['ema'] else 'its weights'})")
+            f"{'the moving average of its weights' if info['ema'] else 'its weights'}"
+            f"{'; the output layer starts afresh' if new_head else ''})")
     logger.info("initialized from %s", what)
     return what

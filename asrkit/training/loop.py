@@ -104,7 +104,8 @@ class Trainer:
         cfg = self.cfg
         resumed = self.ckpt.resume()  # refuses if config/data/world size changed
         if not resumed and cfg.train.init_from:  # every rank loads the same weights
-            init_weights(cfg.train.init_from, self.model, list(self.tokenizer.tokens), self.ema_model)
+            init_weights(cfg.train.init_from, self.model, list(self.tokenizer.tokens), self.ema_model,
+                         new_head=cfg.train.init_new_head)
         self.ckpt.write_config()
         self.mark_boundary()
         if resumed:

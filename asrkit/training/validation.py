@@ -1,4 +1,5 @@
-"""Validation during training: dev loss and greedy CTC WER per duration bin.
+"""Validation during training: dev loss and greedy CTC WER per duration bin (over phones for a
+phone tokenizer).
 
 Each rank decodes its share of the dev set (no collective while decoding); rank 0 scores the
 gathered hypotheses. Runs on the moving average of the weights when there is one.
@@ -17,7 +18,7 @@ from asrkit.training import TrainingError
 from asrkit.training.distributed import DistInfo, all_gather_object
 from asrkit.training.inputs import bad_audio_message, make_eval_sampler, make_loader, rng_untouched, to_device
 from asrkit.training.signals import stop_signals_deferred
-from asrkit.utils import fold_text
+from asrkit.tokenizer import reference_for_greedy
 
 logger = logging.getLogger("asrkit.train")
 
@@ -54,7 +55,7 @@ def validate(model: torch.nn.Module, dev_cuts, cfg, tokenizer, dist_info: DistIn
             tot_loss += float(out["loss"]) * out["n_utts"]
             n += out["n_utts"]
             for i, hyp in enumerate(ctc_greedy(enc.log_probs, enc.lengths)):
-                ref = fold_text(batch["texts"][i], getattr(tokenizer, "fold", "none"))  # as the model was trained
+                ref = reference_for_greedy(tokenizer, batch["texts"][i])  # folded as trained; phones for phones
                 pairs.append({"id": batch["ids"][i], "ref": ref, "hyp": tokenizer.decode(hyp),
                               "duration": batch["durations"][i]})
         model.train(was_training)

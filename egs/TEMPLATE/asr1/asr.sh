@@ -4,7 +4,7 @@
 #   1 data       corpus on disk (or synthesized, for mini) -> Lhotse manifests
 #   2 manifests  check every utterance's audio; store the fbank of the train and dev sets
 #                (data/fbank, with --feats stored); build long-form windows
-#   3 tokens     train the tokenizer (letters / sentencepiece); with --lm_order N also a word
+#   3 tokens     train the tokenizer (letters / sentencepiece / phones of --lexicon); with --lm_order N also a word
 #                n-gram LM on the training text (+ --lm_text files) and its TLG decoding graph
 #   4 train      train the model (resumes automatically after a crash)
 #   5 decode     decode the test sets (with --average_num N: first average N checkpoints)
@@ -34,8 +34,9 @@ feats=stored       # stored: stage 2 computes the fbank of the train and dev set
 manifest_dir=data/manifests
 shar_dir=          # non-empty: stage 2 also writes the training sets as Lhotse Shar shards there, and
                    # training reads them (data.shar_dir: each rank its own shards, sequentially; for clusters)
-token_type=letters # letters | bpe | unigram
+token_type=letters # letters | bpe | unigram | phones (a lexicon's phones: needs --lexicon; decode with TLG)
 nbpe=256
+lexicon=           # --token_type phones: pronunciation lexicon (Kaldi lexicon.txt: WORD phone phone ...)
 token_fold=none    # none | ascii: fold accented letters to ASCII before tokenizing (CAFÉ -> CAFE); scoring folds refs alike
 train_config=
 train_args=        # key=value overrides for training
@@ -52,7 +53,7 @@ num_nodes=1        # >1: multi-node through cmd.sh's backend
 nj=2
 force=false        # true: rerun stages even if their .done marker exists
 
-__asrkit_opts="stage stop_stage corpus corpus_dir corpus_name score_norm train_sets aux_train_sets dev_set test_sets longform_sets prepare_args on_bad feats manifest_dir shar_dir token_type nbpe token_fold train_config train_args expdir tag decode_args checkpoint average_num average_by lm_order lm_text ngpu num_nodes nj force"
+__asrkit_opts="stage stop_stage corpus corpus_dir corpus_name score_norm train_sets aux_train_sets dev_set test_sets longform_sets prepare_args on_bad feats manifest_dir shar_dir token_type nbpe lexicon token_fold train_config train_args expdir tag decode_args checkpoint average_num average_by lm_order lm_text ngpu num_nodes nj force"
 __asrkit_append_opts="prepare_args"
 # how to rerun this recipe from its directory, for the remedies that error messages print
 # (run.sh exports its own command line; called directly, this script's)
@@ -68,7 +69,7 @@ for v in num_nodes nj nbpe; do
     [ "${!v}" -ge 1 ] || { echo "$0: --${v} must be >= 1, got ${!v}" >&2; exit 2; }
 done
 [ "$stage" -le "$stop_stage" ] || { echo "$0: --stage $stage is after --stop_stage $stop_stage: nothing to run" >&2; exit 2; }
-for v in "token_type letters bpe unigram" "token_fold none ascii" "average_by last best" "on_bad raise skip" "force true false" "feats stored on_the_fly"; do
+for v in "token_type letters bpe unigram phones" "token_fold none ascii" "average_by last best" "on_bad raise skip" "force true false" "feats stored on_the_fly"; do
     read -r name valid <<< "$v"
     [[ " $valid " == *" ${!name} "* ]] || { echo "$0: --${name} must be one of: $valid; got '${!name}'" >&2; exit 2; }
 done
@@ -89,7 +90,11 @@ if [ "$corpus" = kaldi ] || [ "$corpus" = lhotse ]; then
 fi
 tag=${tag:-$(basename "${train_config%.*}")}
 expdir=${expdir:-exp/${tag}}
-token_file=data/tokens/${token_type}$([ "$token_type" = letters ] || echo "$nbpe")$([ "$token_fold" = none ] || echo "_$token_fold").json
+if [ "$token_type" = phones ] && [ "$stage" -le 3 ] && [ "$stop_stage" -ge 3 ]; then
+    [ -f "$lexicon" ] || { echo "$0: --token_type phones needs --lexicon FILE (a Kaldi lexicon.txt); got '$lexicon'" >&2; exit 2; }
+    lexicon=$(realpath "$lexicon")
+fi
+token_file=data/tokens/${token_type}$([[ " letters phones " == *" $token_type "* ]] || echo "$nbpe")$([ "$token_fold" = none ] || echo "_$token_fold").json
 markers=data/.done
 
 log() { echo "$(date '+%F %T') [asr.sh] $*"; }
@@ -137,7 +142,8 @@ tok_markers=$markers/$(basename "${token_file%.json}")  # one marker per tokeniz
 if run_stage 3 "$tok_markers" "tokens ($token_type)"; then
     cuts=""; for s in $train_sets; do cuts="$cuts $manifest_dir/${corpus_name}_cuts_${s}.jsonl.gz"; done
     # shellcheck disable=SC2086
-    asrkit tokens --cuts $cuts --kind "$token_type" --vocab-size "$nbpe" --fold "$token_fold" --out "$token_file"
+    asrkit tokens --cuts $cuts --kind "$token_type" --vocab-size "$nbpe" --fold "$token_fold" --out "$token_file" \
+        ${lexicon:+--lexicon "$lexicon"}
     if [ "$lm_order" -gt 0 ]; then
         arpa=data/lm/${lm_order}gram$([ "$token_fold" = none ] || echo "_$token_fold").arpa
         # shellcheck disable=SC2086

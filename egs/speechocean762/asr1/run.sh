@@ -12,6 +12,8 @@
 #   ./run.sh --stage 4 --tag alibi --train_args "encoder.pos_enc=alibi"
 #   ./run.sh --pretrained ../../mini/asr1/exp/train   start from the synthetic model of egs/mini
 #                                          (its recipe run first; train.init_from, README.md)
+#   ./run.sh --token_type phones --tag phones   phone targets (ARPAbet, stress removed) of the corpus's
+#                                          resource/lexicon.txt, decoded with a TLG graph of the phones
 #   ./run.sh --synth_hours 2.6 --tag mix   mix espeak-ng speech of the training text (2.6 h, part
 #                                          train_synth, data/synth) into training; tokens and LM stay the real text's
 # Recipe options (parsed here): --download true|false (default false), --download_sha256 HEX,
@@ -82,13 +84,19 @@ if [ ! -f "$corpus_dir/train/wav.scp" ] && [ ! -f "$corpus_dir/speechocean762/tr
     exit 1
 fi
 
+token_type=$(opt_last token_type letters ${args[@]+"${args[@]}"})
+case "$token_type" in letters|phones) tokens=$token_type ;; *) tokens=$token_type$(opt_last nbpe 256 ${args[@]+"${args[@]}"}) ;; esac
 recipe=(
     --corpus speechocean762 --corpus_dir "$corpus_dir"
     --train_sets train --dev_set dev --test_sets "test test_longform test_session"
     --token_type letters --lm_order 3
     --train_config conf/train.yaml
-    --decode_args "decode.method=wfst decode.lm=data/lm/graph_letters_3gram decode.lm_weight=0.5"
+    --decode_args "decode.method=wfst decode.lm=data/lm/graph_${tokens}_3gram decode.lm_weight=0.5"
 )
+if [ "$token_type" = phones ] && [ -z "$(opt_last lexicon "" ${args[@]+"${args[@]}"})" ]; then
+    lex=$corpus_dir/resource/lexicon.txt; [ -f "$lex" ] || lex=$corpus_dir/speechocean762/resource/lexicon.txt
+    recipe+=(--lexicon "$lex")  # the corpus's own (ARPAbet, stress removed by `asrkit tokens`)
+fi
 if [ -n "$pretrained" ]; then
     [ -e "$pretrained" ] || { echo "$0: --pretrained $pretrained does not exist: train the synthetic model first" \
         "(cd ../../mini/asr1 && ./run.sh; its model is ../../mini/asr1/exp/train), or give another experiment dir or checkpoint" >&2; exit 2; }
