@@ -36,7 +36,8 @@ def _mini(tmp_path: Path) -> Path:
     ("--nbpe", "1e3", "--nbpe must be a whole number >= 0, got '1e3'"),
     ("--lm_order", "3.0", "--lm_order must be a whole number >= 0, got '3.0'"),
     ("--average_num", "five", "--average_num must be a whole number >= 0, got 'five'"),
-    ("--token_type", "chars", "--token_type must be one of: letters bpe unigram; got 'chars'"),
+    ("--token_type", "chars", "--token_type must be one of: letters bpe unigram phones; got 'chars'"),
+    ("--token_type", "phones", "--token_type phones needs --lexicon FILE (a Kaldi lexicon.txt); got ''"),
     ("--average_by", "worst", "--average_by must be one of: last best; got 'worst'"),
     ("--force", "yes", "--force must be one of: true false; got 'yes'"),
 ])
