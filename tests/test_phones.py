@@ -113,3 +113,13 @@ def test_greedy_output_of_a_phone_model_is_scored_over_phones_and_word_decoding_
         cfg.decode.method = method
         with pytest.raises(ConfigError, match=f"decode.method={method} writes phones, not words.*decode.method=wfst"):
             Decoder(None, cfg, tok)
+
+
+def test_word_times_of_a_phone_transcript_group_each_words_phones():
+    from asrkit.inference.align import TokenTime, words_from_tokens
+
+    tok = PhoneTokenizer(read_lexicon(LEX))
+    ids = tok.encode("the cat")  # DH AH | K AE T
+    aligned = [TokenTime(i, 0.1 * k, 0.1 * k + 0.05) for k, i in enumerate(ids)]
+    words = words_from_tokens(tok, aligned, "THE CAT")
+    assert [(w.word, round(w.start, 6), round(w.end, 6), len(w.tokens)) for w in words] == [("THE", 0.0, 0.15, 2), ("CAT", 0.2, 0.45, 3)]

@@ -129,6 +129,15 @@ def test_phone_targets_of_the_corpus_lexicon_decode_to_words(recipe):
         hyps = [json.loads(line)["hyp"] for line in (exp / f"decode_{s}" / "hyp.jsonl").read_text().splitlines()]
         assert all(w.lower() in lexicon for h in hyps for w in h.split()), hyps  # words, not phones
         assert json.loads((exp / f"decode_{s}" / "wer.json").read_text())["overall"]["snt"] >= 1
+    # transcribing with the model: words through the graph; without it, the advice
+    wav = sorted((FIX / "WAVE" / "SPEAKER1465").glob("*.WAV"))[0]
+    cmd = [str(VENV / "bin" / "asrkit"), "transcribe", str(wav), "--model", str(exp), "--no-progress"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    t = subprocess.run(cmd + ["--method", "wfst", "--set", f"decode.lm={recipe / 'data/lm/graph_phones_3gram'}"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert t.returncode == 0 and all(w.lower() in lexicon for w in t.stdout.split()), t.stdout + t.stderr[-2000:]
+    t = subprocess.run(cmd + ["--method", "greedy"], capture_output=True, text=True, env=env, timeout=300)
+    assert t.returncode != 0 and "decode.method=greedy writes phones, not words" in t.stderr, t.stderr[-2000:]
 
 
 def test_longform_audio_is_the_files_joined(recipe):

@@ -140,9 +140,19 @@ def token_times(spans: Sequence[tuple[int, int]], tokens: Sequence[int], times, 
     return out
 
 
-def words_from_tokens(tokenizer, aligned: Sequence[TokenTime]) -> list[Word]:
+def words_from_tokens(tokenizer, aligned: Sequence[TokenTime], text: str = "") -> list[Word]:
     """Group aligned tokens into words (the tokenizer's word-boundary convention); upper case,
-    as the decoders write transcripts."""
+    as the decoders write transcripts. Phones have no word boundary: their words are those of
+    ``text`` (the transcript the tokens were encoded from), each its pronunciation's phones."""
+    if getattr(tokenizer, "kind", "") == "phones":
+        words, i = [], 0
+        for w in text.split():
+            n = len(tokenizer.encode(w))
+            part = list(aligned[i:i + n])
+            i += n
+            if part:
+                words.append(Word(w.upper(), part[0].start, part[-1].end, part))
+        return words
     toks = tokenizer.tokens
     letters = WORD_BOUNDARY in toks
     words: list[Word] = []

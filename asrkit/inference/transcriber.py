@@ -210,7 +210,7 @@ class Transcriber:
             nxt = frames[1:] + [n]
             spans = [(f, max(f, g - 1)) for f, g in zip(frames, nxt)]
         aligned: list[TokenTime] = token_times(spans, ids, times, self.frame_step, offset)
-        return words_from_tokens(self.tokenizer, aligned)
+        return words_from_tokens(self.tokenizer, aligned, text)
 
 
 def _name(src: Any) -> str:
