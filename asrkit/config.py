@@ -99,6 +99,9 @@ class EncoderConfig:
     norm_first: bool = False  #: False = post-LN as in the paper; True = pre-LN
     activation: str = "relu"
     attention: str = "softmax"  #: softmax | linear_relu | linear_favor
+    #: 0 = Transformer layers; an odd k >= 3 = the Conformer's convolution module (depthwise, k
+    #: frames after the frontend) in every layer (asrkit.model.transformer.ConvModule)
+    conv_kernel: int = 0
     pos_enc: str = "sinpos"  #: see asrkit.model.posenc.POS_ENCODINGS
     pos: dict = field(default_factory=dict)  #: options of the chosen positional encoding
     options: dict = field(default_factory=dict)  #: options of conv encoders (validated by asrkit.model.conv)

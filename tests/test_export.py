@@ -107,6 +107,7 @@ EXPORTABLE = {
     "relpos+zero": ["encoder.pos_enc=relpos", "encoder.pos.context_s=0.3", "encoder.pos.beyond=zero"],
     "rope+cape": ["encoder.pos_enc=rope", "encoder.pos.augment=cape"],
     "alibi+cape": ["encoder.pos_enc=alibi", "encoder.pos.augment=cape"],
+    "alibi+conformer": ["encoder.pos_enc=alibi", "encoder.conv_kernel=5"],
     "spe_sine": ["encoder.attention=linear_relu"],
     "nopos+favor": ["encoder.attention=linear_favor"],
     "gated_conv": ["encoder.type=gated_conv", "encoder.n_layers=3", "encoder.pos_enc=concat_sin",

@@ -1,6 +1,10 @@
 """Model shapes and padding invariance (batch of 1 == batch of N in eval mode)."""
+from pathlib import Path
+
+import numpy as np
 import pytest
 import torch
+from torch import nn
 
 from asrkit.training.checks import load_config
 from asrkit.model import build_model
@@ -32,9 +36,12 @@ def test_forward_shapes(norm_first):
     assert torch.allclose(out.log_probs.exp().sum(-1), torch.ones(3, 34), atol=1e-4)
 
 
+@pytest.mark.parametrize("conv_kernel", [0, 15])
 @pytest.mark.parametrize("norm_first", [False, True])
-def test_batch_of_one_equals_batch_of_n(norm_first):
-    m = build_model(_cfg(f"encoder.norm_first={str(norm_first).lower()}"), 30).eval()
+def test_batch_of_one_equals_batch_of_n(norm_first, conv_kernel):
+    """conv_kernel 15: the Conformer convolution module sees 15 frames, more than the shortest
+    utterance has, so its padded frames would leak into every real one if they were not zeroed."""
+    m = build_model(_cfg(f"encoder.norm_first={str(norm_first).lower()}", f"encoder.conv_kernel={conv_kernel}"), 30).eval()
     lens = [100, 61, 7, 88]
     feats, l, times = _batch(lens)
     full = m.encode(feats, l, times)
@@ -43,6 +50,49 @@ def test_batch_of_one_equals_batch_of_n(norm_first):
         k = int(one.lengths[0])
         assert k == int(full.lengths[i])
         torch.testing.assert_close(one.log_probs[0], full.log_probs[i, :k], atol=1e-5, rtol=1e-5)
+
+
+def test_conv_kernel_adds_a_convolution_module_and_keeps_plain_layers_keys():
+    from asrkit.schema import ConfigError
+
+    plain = set(build_model(_cfg(), 30).state_dict())
+    conformer = build_model(_cfg("encoder.conv_kernel=5"), 30)
+    new = set(conformer.state_dict()) - plain
+    assert plain < set(conformer.state_dict())  # checkpoints of plain Transformers load as before
+    assert {k.split(".", 3)[3] for k in new} == {"conv.pw1.weight", "conv.pw1.bias", "conv.dw.weight", "conv.dw.bias",
+                                                "conv.norm.weight", "conv.norm.bias", "conv.pw2.weight", "conv.pw2.bias",
+                                                "norm_conv.weight", "norm_conv.bias"}
+    assert conformer.state_dict()["encoder.layers.0.conv.dw.weight"].shape == (64, 1, 5)  # depthwise
+    for bad in (4, 1, -3):
+        with pytest.raises(ConfigError, match=r"encoder.conv_kernel.*odd kernel >= 3"):
+            build_model(_cfg(f"encoder.conv_kernel={bad}"), 30)
+
+
+def test_conv_module_matches_speechbrain():
+    """The Conformer convolution module (with the layer's pre-norm) against SpeechBrain 1.1.2's
+    ConvolutionModule (tests/fixtures/conformer/README.md). SpeechBrain zeroes padded frames only
+    in its output, so in its padded batch the last k // 2 real frames of the shorter utterance
+    read its padding; asrkit zeroes them before the depthwise conv and equals SpeechBrain run on
+    each utterance alone."""
+    from asrkit.model.transformer import ConvModule
+
+    f = {k: torch.from_numpy(v) for k, v in np.load(Path(__file__).parent / "fixtures" / "conformer" /
+                                                     "speechbrain_conv_module.npz").items()}
+    conv, norm_conv = ConvModule(8, 5, 0.0).eval(), nn.LayerNorm(8)
+    norm_conv.load_state_dict({"weight": f["layer_norm.weight"], "bias": f["layer_norm.bias"]})
+    conv.load_state_dict({"pw1.weight": f["bottleneck.0.weight"].squeeze(-1), "pw1.bias": f["bottleneck.0.bias"],
+                          "dw.weight": f["conv.weight"], "dw.bias": f["conv.bias"],
+                          "norm.weight": f["after_conv.0.weight"], "norm.bias": f["after_conv.0.bias"],
+                          "pw2.weight": f["after_conv.2.weight"], "pw2.bias": f["after_conv.2.bias"]})
+    x, lengths = f["x"], f["lengths"]
+    frame_mask = torch.arange(x.shape[1])[None] < lengths[:, None]
+    assert torch.equal(frame_mask, ~f["pad_mask"][..., 0])
+    with torch.no_grad():
+        y = conv(norm_conv(x), frame_mask)
+    for b, n in enumerate(lengths.tolist()):
+        torch.testing.assert_close(y[b, :n], f["out_alone"][b, :n], atol=1e-5, rtol=0)
+    torch.testing.assert_close(y[:, :5], f["out"][:, :5], atol=1e-5, rtol=0)
+    assert (y[1, 5:7] - f["out"][1, 5:7]).abs().max() > 0.1  # SpeechBrain's batch: padding leaks in
 
 
 def test_loss_and_backward():

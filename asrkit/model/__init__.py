@@ -58,6 +58,11 @@ def validate_model_config(cfg) -> None:
                      ("frontend.dropout", cfg.frontend.dropout)):
         if not 0.0 <= val < 1.0:
             raise ConfigError(f"config key {key!r}={val} must be in [0, 1)")
+    if e.conv_kernel and (e.conv_kernel < 3 or e.conv_kernel % 2 == 0):
+        raise ConfigError(f"config key 'encoder.conv_kernel'={e.conv_kernel}: use 0 (no convolution module) or an odd "
+                          "kernel >= 3 (e.g. 15 frames = 0.6 s after a stride-4 frontend)")
+    if e.conv_kernel and e.type != "transformer":
+        raise ConfigError(f"config key 'encoder.conv_kernel' is for encoder.type=transformer, not {e.type!r}; remove it")
     if cfg.frontend.kernel < 1 or cfg.frontend.stride < 1:
         raise ConfigError("frontend.kernel and frontend.stride must be >= 1")
     kind = ENCODERS[e.type]

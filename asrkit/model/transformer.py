@@ -1,6 +1,8 @@
 """Transformer encoder for CTC (CAPE paper): conv frontend, positional encoding, N layers.
 
-Post-LN as in the paper (``norm_first=False``) or pre-LN. Layer drop skips whole layers at
+Post-LN as in the paper (``norm_first=False``) or pre-LN. ``encoder.conv_kernel`` > 0 adds the
+Conformer's convolution module (Gulati et al., 2020) to every layer, between attention and
+feed-forward; the positional encoding is untouched, so encodings still differ by one key. Layer drop skips whole layers at
 training time; which layers are dropped is drawn from a generator seeded per step
 (:meth:`TransformerEncoder.set_step`), so every DDP rank drops the same layers and a resumed
 run drops the same layers as an uninterrupted one.
@@ -25,21 +27,53 @@ class FeedForward(nn.Sequential):
         super().__init__(nn.Linear(d_model, d_ff), ACTIVATIONS[activation](), nn.Dropout(dropout), nn.Linear(d_ff, d_model))
 
 
+class ConvModule(nn.Module):
+    """The Conformer's convolution module: pointwise conv + GLU, depthwise conv over time, norm,
+    swish, pointwise conv. LayerNorm stands in for the paper's BatchNorm (whose statistics would
+    depend on the other utterances of a batch and on its padding), and padded frames are zeroed
+    before the depthwise conv, so a padded batch gives each utterance's outputs alone."""
+
+    def __init__(self, d_model: int, kernel: int, dropout: float):
+        super().__init__()
+        self.pw1 = nn.Linear(d_model, 2 * d_model)
+        self.dw = nn.Conv1d(d_model, d_model, kernel, padding=kernel // 2, groups=d_model)
+        self.norm = nn.LayerNorm(d_model)
+        self.pw2 = nn.Linear(d_model, d_model)
+        self.act = nn.SiLU()
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, frame_mask: Optional[Tensor]) -> Tensor:
+        """x: B x T x D; frame_mask: B x T (True = real frame) or None when nothing is padded."""
+        x = nn.functional.glu(self.pw1(x), dim=-1)
+        if frame_mask is not None:
+            x = x.masked_fill(~frame_mask[..., None], 0.0)
+        x = self.dw(x.transpose(1, 2)).transpose(1, 2)
+        return self.pw2(self.drop(self.act(self.norm(x))))
+
+
 class EncoderLayer(nn.Module):
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, attn_dropout: float,
-                 norm_first: bool, activation: str = "relu", attention: str = "softmax"):
+                 norm_first: bool, activation: str = "relu", attention: str = "softmax", conv_kernel: int = 0):
         super().__init__()
         self.attn = ATTENTIONS[attention](d_model, n_heads, attn_dropout)
         self.ffn = FeedForward(d_model, d_ff, dropout, activation)
         self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        if conv_kernel:  # only then: state dicts of plain Transformer layers keep their keys
+            self.conv, self.norm_conv = ConvModule(d_model, conv_kernel, dropout), nn.LayerNorm(d_model)
         self.drop = nn.Dropout(dropout)
         self.norm_first = norm_first
 
     def forward(self, x: Tensor, key_mask: Optional[Tensor], pos: PositionalEncoding, state: PosState, i: int) -> Tensor:
+        frame_mask = None if key_mask is None else key_mask[:, 0, 0, :]
+        has_conv = hasattr(self, "conv")
         if self.norm_first:
             x = x + self.drop(self.attn(self.norm1(x), key_mask, pos, state, i))
+            if has_conv:
+                x = x + self.drop(self.conv(self.norm_conv(x), frame_mask))
             return x + self.drop(self.ffn(self.norm2(x)))
         x = self.norm1(x + self.drop(self.attn(x, key_mask, pos, state, i)))
+        if has_conv:
+            x = self.norm_conv(x + self.drop(self.conv(x, frame_mask)))
         return self.norm2(x + self.drop(self.ffn(x)))
 
 
@@ -54,7 +88,8 @@ class TransformerEncoder(nn.Module):
         d_in = self.pos.output_dim(d)
         self.proj = nn.Linear(d_in, d) if d_in != d else nn.Identity()
         self.layers = nn.ModuleList(
-            EncoderLayer(d, cfg.n_heads, cfg.d_ff, cfg.dropout, cfg.attn_dropout, cfg.norm_first, cfg.activation, cfg.attention)
+            EncoderLayer(d, cfg.n_heads, cfg.d_ff, cfg.dropout, cfg.attn_dropout, cfg.norm_first, cfg.activation, cfg.attention,
+                         cfg.conv_kernel)
             for _ in range(cfg.n_layers)
         )
         self.final_norm = nn.LayerNorm(d) if cfg.norm_first else nn.Identity()
