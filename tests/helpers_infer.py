@@ -102,9 +102,11 @@ def tone_oracle(**transcriber_options):
     return Transcriber(oracle, cfg, oracle.tok, **transcriber_options)
 
 
-def random_exp(root: Path, overrides: list[str], name: str = "rand", seed: int = 0, boundary_bias: float = 0.0) -> Path:
+def random_exp(root: Path, overrides: list[str], name: str = "rand", seed: int = 0, boundary_bias: float = 0.0,
+               tokenizer=None) -> Path:
     """An experiment dir with one checkpoint of a randomly initialized model (``conf/ctc_tiny.yaml``
-    + ``overrides``) and a letters tokenizer at a path relative to ``root`` (the recipe dir).
+    + ``overrides``) and a tokenizer (``tokenizer``, default letters) at a path relative to
+    ``root`` (the recipe dir).
     ``boundary_bias`` > 0: CTC head weights x 4 and that bias on the word boundary ``|``, so the
     random model writes many short "words" (gaps between words for chunk merging)."""
     import torch
@@ -114,10 +116,10 @@ def random_exp(root: Path, overrides: list[str], name: str = "rand", seed: int =
     from asrkit.model import build_model
     from asrkit.tokenizer import CharTokenizer, save_tokenizer
 
-    tok = CharTokenizer()
+    tok = tokenizer or CharTokenizer()
     (root / "data" / "tokens").mkdir(parents=True, exist_ok=True)
-    save_tokenizer(tok, root / "data" / "tokens" / "letters.json")
-    cfg = load_config(ROOT / "conf" / "ctc_tiny.yaml", ["tokens.path=data/tokens/letters.json", *overrides])
+    save_tokenizer(tok, root / "data" / "tokens" / f"{tok.kind}.json")
+    cfg = load_config(ROOT / "conf" / "ctc_tiny.yaml", [f"tokens.path=data/tokens/{tok.kind}.json", *overrides])
     torch.manual_seed(seed)
     model = build_model(cfg, tok.vocab_size)
     if boundary_bias:

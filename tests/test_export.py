@@ -184,6 +184,35 @@ def test_sherpa_onnx_transcribes_like_asrkit(tmp_path, speech, capsys):
     assert gap["floored_fraction"] == 0 and gap["cmvn_max_abs_diff"] < 1e-3, gap
 
 
+def test_sherpa_onnx_writes_a_phone_models_phones_space_separated(tmp_path, speech, capsys):
+    """A phone model's export: sherpa-onnx's greedy search gives the phones of asrkit's own greedy
+    CTC path (PhoneTokenizer.decode), space-separated, and the export says words need the TLG."""
+    from asrkit.data.features import cmvn
+    from asrkit.decode.ctc import ctc_greedy
+    from asrkit.inference import sherpa
+    from asrkit.inference.onnx import raw_fbank
+    from asrkit.inference.package import load_package
+    from asrkit.tokenizer import PhoneTokenizer, read_lexicon
+
+    tok = PhoneTokenizer(read_lexicon(ROOT / "tests" / "fixtures" / "lexicon" / "speechocean762_excerpt.txt"))
+    exp = H.random_exp(tmp_path / "recipe", ["features.n_mels=80", *TINY], tokenizer=tok, seed=3)
+    pkg = tmp_path / "pkg"
+    assert cli(["export", "--exp-dir", str(exp), "--out", str(pkg), "--onnx"]) == 0
+    assert "sherpa-onnx's greedy search writes its phones" in capsys.readouterr().out
+    lines = (pkg / "tokens.txt").read_text(encoding="utf-8").splitlines()
+    assert lines[0] == "<blank> 0" and lines[1:] == [f"\u2581{t} {i}" for i, t in enumerate(tok.tokens) if i]
+    got = sherpa.transcribe(sherpa.recognizer(pkg / "model.onnx", pkg / "tokens.txt"), [(x, 16000) for x in speech])
+    model, cfg, _, _ = load_package(pkg)  # (asrkit.load_model refuses greedy decoding of a phone model)
+    want = []
+    for x in speech:
+        f = cmvn(raw_fbank(x, cfg))
+        T = f.shape[0]
+        with torch.no_grad():
+            enc = model.eval().encode(f[None], torch.tensor([T]), (torch.arange(T) * cfg.features.hop)[None].float())
+        want.append(tok.decode(ctc_greedy(enc.log_probs, enc.lengths)[0]))
+    assert all(want) and got == want
+
+
 def test_sherpa_feature_gap_is_the_energy_floor(speech):
     """On clean espeak-ng audio (digital silence) the only gap is kaldi-native-fbank's floor."""
     from asrkit.data.features import fbank

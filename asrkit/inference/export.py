@@ -117,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"onnx -> {onnx_path} (+ tokens.txt); onnxruntime vs PyTorch on {res['utterances']} inputs: "
           f"max |log-prob diff| {res['max_abs_diff']:.2e}, greedy transcripts differ on {len(res['greedy_mismatches'])}")
     print(f"sherpa-onnx: {sherpa_command(onnx_path, out / 'tokens.txt')}")
+    if getattr(tok, "kind", "") == "phones":
+        print("note: a phone model: sherpa-onnx's greedy search writes its phones, space-separated, not words; "
+              f"words come from its TLG graph: asrkit transcribe --model {out} RECORDING.wav")
     if not ok:
         print(f"asrkit export: error: the ONNX model does not match PyTorch (see {out / 'onnx_check.json'})",
               file=sys.stderr)

@@ -11,7 +11,9 @@ export (:mod:`asrkit.inference.onnx`) has the interface of its **zipformer CTC**
 * ``tokens.txt``: ``SYMBOL ID`` per line; the greedy decoder needs the blank as ``<blk>``,
   ``<eps>`` or ``<blank>`` (asrkit's id 0 is ``<blank>``); a symbol starting with ``▁`` is
   written as a space (asrkit's letter word boundary ``|`` is written as ``▁``; letters upper case,
-  as asrkit writes transcripts);
+  as asrkit writes transcripts); a phone model's phones are written with a leading ``▁`` each,
+  so sherpa-onnx's greedy search writes them space-separated, as asrkit's phone tokenizer does
+  (words come only from a TLG graph: ``asrkit transcribe --model PACKAGE``);
 * features: kaldi-native-fbank with the runtime's defaults for this type: 25 ms povey window,
   10 ms shift, 80 bins from 20 Hz to Nyquist - 400 Hz, pre-emphasis 0.97, DC offset removed, no
   dither, ``snip_edges=false`` and **no normalization**, on samples in [-1, 1];
@@ -45,9 +47,12 @@ KNF_FLOOR_INT16 = float(np.log(np.finfo(np.float32).eps) + 2 * np.log(32768.0))
 def sherpa_tokens(tokenizer) -> list[str]:
     """The symbols of ``tokens.txt`` in id order."""
     out = []
+    phones = getattr(tokenizer, "kind", "") == "phones"
     for i, t in enumerate(tokenizer.tokens):
         if i == getattr(tokenizer, "blank_id", 0):
             out.append("<blank>")
+        elif phones:
+            out.append(SP_SPACE + t)
         elif t == WORD_BOUNDARY:
             out.append(SP_SPACE)
         elif t.startswith("<"):
