@@ -77,6 +77,12 @@ def test_other_shapes_or_tokenizer_are_refused_naming_them(corpus, source, tmp_p
     assert "no such experiment dir or checkpoint file" in err
 
 
+def test_a_transformer_source_for_a_conformer_says_which_layers_differ(corpus, source, tmp_path, capsys):
+    err = _error(corpus, tmp_path, capsys, train__init_from=str(source), encoder__conv_kernel=5)
+    assert "this model has the Conformer's convolution modules (encoder.conv_kernel)" in err
+    assert "encoder.layers.0.conv.pw1.weight" in err and "conf/train_conformer.yaml" in err
+
+
 def test_new_head_takes_the_encoder_of_a_source_with_another_tokenizer(corpus, source, tmp_path):
     """train.init_new_head: a source trained with other tokens (two swapped) starts this run's
     encoder; the CTC output layer keeps this run's own fresh start (that of a run from scratch)."""

@@ -106,6 +106,7 @@ def test_espnet_config_follows_the_asrkit_config():
 @pytest.mark.parametrize("override, match", [
     ("optim.schedule=warmup_cosine", "warmup_steps"),  # warmup longer than the budget
     ("decoder.type=lstm", "CTC only"),
+    ("encoder.conv_kernel=15", "Conformer layers are not mapped"),
     ("tokens.kind=bpe", "letters"),
 ])
 def test_espnet_config_refuses_what_it_cannot_map(override, match):

@@ -114,6 +114,10 @@ def espnet_config(cfg, *, epochs: int, iters_per_epoch: int, typical_frames: int
     if e.type != "transformer" or e.attention != "softmax":
         raise PeersError(f"encoder.type={e.type!r}, encoder.attention={e.attention!r}: only the softmax Transformer "
                          "has an ESPnet counterpart here")
+    if e.conv_kernel:
+        raise PeersError(f"encoder.conv_kernel={e.conv_kernel}: the Conformer layers are not mapped to ESPnet here (its "
+                         "conformer encoder differs: BatchNorm, macaron feed-forward); compare a Transformer config, "
+                         "e.g. egs/speechocean762/asr1/conf/train.yaml")
     if cfg.decoder.type != "none":
         raise PeersError(f"decoder.type={cfg.decoder.type!r}: this comparison is CTC only (decoder.type=none)")
     if cfg.tokens.kind != "letters":

@@ -70,6 +70,16 @@ def init_weights(spec: str, model: torch.nn.Module, tokens: list[str], ema_model
     problems = shape_problems(have, want)
     if problems:
         shown = "; ".join(problems[:6]) + (f"; and {len(problems) - 6} more" if len(problems) > 6 else "")
+        conv = {k for k in want if ".conv." in k or ".norm_conv." in k}
+        only_here, only_there = set(want) - set(have), set(have) - set(want)
+        if only_here and only_here <= conv or only_there and only_there <= {k for k in have if ".norm_conv." in k
+                                                                             or ".conv." in k}:
+            side = "this model has" if only_here else "the source has"
+            raise TrainingError(
+                f"train.init_from={spec}: {side} the Conformer's convolution modules (encoder.conv_kernel) and the other "
+                f"does not ({shown}); start from a model trained with the same encoder.conv_kernel (egs/mini/asr1: "
+                "./run.sh --stop_stage 4 --tag train_conformer --train_config conf/train_conformer.yaml), or train this "
+                "run with the source's (e.g. --train_config conf/train.yaml, the Transformer)")
         raise TrainingError(f"train.init_from={spec}: its model does not have this model's shapes ({shown}); use "
                             "this run's config with the encoder, frontend and decoder settings of the source "
                             f"run (its config: {Path(st['info']['checkpoint']).parent.parent / 'config.yaml'})")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # speechocean762 (OpenSLR 101, CC BY 4.0): real read English speech of 250 Mandarin-L1 speakers,
-# half of them children; 2.9 h of training audio. A letters CTC Transformer for one 2-core CPU,
+# half of them children; 2.9 h of training audio. A letters CTC Conformer for one 2-core CPU
+# (conf/train_conformer.yaml; conf/train.yaml is the Transformer of the same shape),
 # decoded with a TLG graph (the training words spelled in letters + a word 3-gram of the
 # training text). Sets (README.md): train, dev (10 % of the training speakers, children and adults
 # alike, speaker-disjoint), the official test set, test_longform (each test speaker's utterances
@@ -10,8 +11,12 @@
 #   ./run.sh --download true               stage 0 first: fetch + check + unpack the corpus into downloads/
 #   ./run.sh --corpus_dir /data/speechocean762   (or SPEECHOCEAN762=... in the environment, db.sh)
 #   ./run.sh --stage 4 --tag alibi --train_args "encoder.pos_enc=alibi"
-#   ./run.sh --pretrained ../../mini/asr1/exp/train   start from the synthetic model of egs/mini
-#                                          (its recipe run first; train.init_from, README.md)
+#   ./run.sh --pretrained ../../mini/asr1/exp/train_conformer   start from the synthetic model of
+#                                          egs/mini with the same layers (trained first:
+#                                          cd ../../mini/asr1 && ./run.sh --stage 4 --stop_stage 4
+#                                          --tag train_conformer --train_config conf/train_conformer.yaml;
+#                                          train.init_from, README.md)
+#   ./run.sh --train_config conf/train.yaml --pretrained ../../mini/asr1/exp/train   the Transformer
 #   ./run.sh --token_type phones --tag phones   phone targets (ARPAbet, stress removed) of the corpus's
 #                                          resource/lexicon.txt, decoded with a TLG graph of the phones
 #   ./run.sh --synth_hours 2.6 --tag mix   mix espeak-ng speech of the training text (2.6 h, part
@@ -90,7 +95,7 @@ recipe=(
     --corpus speechocean762 --corpus_dir "$corpus_dir"
     --train_sets train --dev_set dev --test_sets "test test_longform test_session"
     --token_type letters --lm_order 3
-    --train_config conf/train.yaml
+    --train_config conf/train_conformer.yaml
     --decode_args "decode.method=wfst decode.lm=data/lm/graph_${tokens}_3gram decode.lm_weight=0.5"
 )
 if [ "$token_type" = phones ] && [ -z "$(opt_last lexicon "" ${args[@]+"${args[@]}"})" ]; then
@@ -99,7 +104,9 @@ if [ "$token_type" = phones ] && [ -z "$(opt_last lexicon "" ${args[@]+"${args[@
 fi
 if [ -n "$pretrained" ]; then
     [ -e "$pretrained" ] || { echo "$0: --pretrained $pretrained does not exist: train the synthetic model first" \
-        "(cd ../../mini/asr1 && ./run.sh; its model is ../../mini/asr1/exp/train), or give another experiment dir or checkpoint" >&2; exit 2; }
+        "(cd ../../mini/asr1 && ./run.sh --stop_stage 4 --tag train_conformer --train_config conf/train_conformer.yaml;" \
+        "its model is ../../mini/asr1/exp/train_conformer; for --train_config conf/train.yaml: ./run.sh there, model" \
+        "../../mini/asr1/exp/train), or give another experiment dir or checkpoint" >&2; exit 2; }
     args+=(--train_args "$(opt_last train_args "" ${args[@]+"${args[@]}"}) train.init_from=$(realpath "$pretrained")")
 fi
 [[ "$synth_hours" =~ ^[0-9]+([.][0-9]+)?$ ]] || { echo "$0: --synth_hours must be a number of hours >= 0, got '$synth_hours'" >&2; exit 2; }

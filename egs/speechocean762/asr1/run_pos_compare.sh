@@ -45,7 +45,7 @@ train_one() {
     args="encoder.pos_enc=${enc%%+*} train.max_steps=$steps train.threads=$threads train.seed=$seed"
     case "$enc" in *+cape) args="$args encoder.pos.augment=cape" ;; esac
     export OMP_NUM_THREADS=$threads  # decoding: each of the parallel jobs gets its share of the cores
-    { ./run.sh --stage 4 --stop_stage 5 --tag "$tag" --nj 1 --test_sets "$test_sets" \
+    { ./run.sh --stage 4 --stop_stage 5 --tag "$tag" --nj 1 --test_sets "$test_sets" --train_config conf/train.yaml \
         --train_args "$args $extra_args" && asrkit report "exp/$tag" --score; } \
         > "exp/$tag.log" 2>&1 || { echo "$tag failed: see exp/$tag.log" >&2; return 1; }
     echo "$(date '+%F %T') $tag: done"
