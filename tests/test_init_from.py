@@ -77,10 +77,10 @@ def test_other_shapes_or_tokenizer_are_refused_naming_them(corpus, source, tmp_p
     assert "no such experiment dir or checkpoint file" in err
 
 
-def test_a_transformer_source_for_a_conformer_says_which_layers_differ(corpus, source, tmp_path, capsys):
-    err = _error(corpus, tmp_path, capsys, train__init_from=str(source), encoder__conv_kernel=5)
-    assert "this model has the Conformer's convolution modules (encoder.conv_kernel)" in err
-    assert "encoder.layers.0.conv.pw1.weight" in err and "conf/train_conformer.yaml" in err
+def test_a_transformer_source_for_a_conformer_names_the_setting_that_differs(corpus, source, tmp_path, capsys):
+    err = _error(corpus, tmp_path, capsys, train__init_from=str(source), encoder__conv_kernel=5, encoder__dropout=0.1)
+    assert "parameter(s) only here (e.g. encoder.layers.0.conv.pw1.weight" in err
+    assert "the settings that differ: encoder.conv_kernel: 0 there, 5 here, encoder.dropout: 0.0 there, 0.1 here" in err
 
 
 def test_new_head_takes_the_encoder_of_a_source_with_another_tokenizer(corpus, source, tmp_path):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from asrkit.config import to_dict
 from asrkit.model.loading import experiment_state
 from asrkit.training import TrainingError
 
@@ -51,9 +52,21 @@ def shape_problems(have: dict, want: dict) -> list[str]:
 HEAD_PREFIXES = ("ctc_head.", "decoder.")
 
 
-def init_weights(spec: str, model: torch.nn.Module, tokens: list[str], ema_model=None, new_head: bool = False) -> str:
+def model_settings_differ(there: dict, here: dict) -> list[str]:
+    """``section.key: A there, B here`` for every frontend / encoder / decoder setting (config dicts)
+    in which the source run's config differs from this one (e.g. ``encoder.conv_kernel: 0 there, 15 here``)."""
+    out = []
+    for sec in ("frontend", "encoder", "decoder"):
+        a, b = there.get(sec) or {}, here.get(sec) or {}
+        out += [f"{sec}.{k}: {a.get(k)!r} there, {b.get(k)!r} here" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    return out
+
+
+def init_weights(spec: str, model: torch.nn.Module, tokens: list[str], ema_model=None, new_head: bool = False,
+                 cfg=None) -> str:
     """Load the weights of ``spec`` into ``model`` (and ``ema_model``); returns what was loaded.
-    ``new_head``: all but the :data:`HEAD_PREFIXES` layers, whatever the source's tokenizer."""
+    ``new_head``: all but the :data:`HEAD_PREFIXES` layers, whatever the source's tokenizer. ``cfg``
+    (this run's config): a refusal names the model settings in which the source differs."""
     st = _source(spec)
     if list(st["vocab"]) != list(tokens) and not new_head:
         raise TrainingError(
@@ -70,18 +83,10 @@ def init_weights(spec: str, model: torch.nn.Module, tokens: list[str], ema_model
     problems = shape_problems(have, want)
     if problems:
         shown = "; ".join(problems[:6]) + (f"; and {len(problems) - 6} more" if len(problems) > 6 else "")
-        conv = {k for k in want if ".conv." in k or ".norm_conv." in k}
-        only_here, only_there = set(want) - set(have), set(have) - set(want)
-        if only_here and only_here <= conv or only_there and only_there <= {k for k in have if ".norm_conv." in k
-                                                                             or ".conv." in k}:
-            side = "this model has" if only_here else "the source has"
-            raise TrainingError(
-                f"train.init_from={spec}: {side} the Conformer's convolution modules (encoder.conv_kernel) and the other "
-                f"does not ({shown}); start from a model trained with the same encoder.conv_kernel (egs/mini/asr1: "
-                "./run.sh --stop_stage 4 --tag train_conformer --train_config conf/train_conformer.yaml), or train this "
-                "run with the source's (e.g. --train_config conf/train.yaml, the Transformer)")
-        raise TrainingError(f"train.init_from={spec}: its model does not have this model's shapes ({shown}); use "
-                            "this run's config with the encoder, frontend and decoder settings of the source "
+        differ = model_settings_differ(st["config"], to_dict(cfg)) if cfg is not None else []
+        differ_txt = f"; the settings that differ: {', '.join(differ)}" if differ else ""
+        raise TrainingError(f"train.init_from={spec}: its model does not have this model's shapes ({shown}){differ_txt}; "
+                            "use this run's config with the encoder, frontend and decoder settings of the source "
                             f"run (its config: {Path(st['info']['checkpoint']).parent.parent / 'config.yaml'})")
     model.load_state_dict(have, strict=not new_head)
     if ema_model is not None:

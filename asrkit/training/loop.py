@@ -105,7 +105,7 @@ class Trainer:
         resumed = self.ckpt.resume()  # refuses if config/data/world size changed
         if not resumed and cfg.train.init_from:  # every rank loads the same weights
             init_weights(cfg.train.init_from, self.model, list(self.tokenizer.tokens), self.ema_model,
-                         new_head=cfg.train.init_new_head)
+                         new_head=cfg.train.init_new_head, cfg=cfg)
         self.ckpt.write_config()
         self.mark_boundary()
         if resumed:
