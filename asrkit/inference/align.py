@@ -25,7 +25,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from asrkit.decode.ctc import SP_SPACE, WORD_BOUNDARY
+from asrkit.decode.ctc import SP_SPACE, WORD_BOUNDARY, word_boundary_kind
 
 
 @dataclass
@@ -144,7 +144,7 @@ def words_from_tokens(tokenizer, aligned: Sequence[TokenTime], text: str = "") -
     """Group aligned tokens into words (the tokenizer's word-boundary convention); upper case,
     as the decoders write transcripts. Phones have no word boundary: their words are those of
     ``text`` (the transcript the tokens were encoded from), each its pronunciation's phones."""
-    if getattr(tokenizer, "kind", "") == "phones":
+    if word_boundary_kind(tokenizer) == "phone":
         words, i = [], 0
         for w in text.split():
             n = len(tokenizer.encode(w))

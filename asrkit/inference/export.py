@@ -103,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     from asrkit.inference.onnx import check_onnx, export_onnx
+    from asrkit.decode.ctc import word_boundary_kind
     from asrkit.inference.sherpa import export_sherpa, sherpa_command
 
     model, cfg, tok, _ = load_package(out)
@@ -117,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"onnx -> {onnx_path} (+ tokens.txt); onnxruntime vs PyTorch on {res['utterances']} inputs: "
           f"max |log-prob diff| {res['max_abs_diff']:.2e}, greedy transcripts differ on {len(res['greedy_mismatches'])}")
     print(f"sherpa-onnx: {sherpa_command(onnx_path, out / 'tokens.txt')}")
-    if getattr(tok, "kind", "") == "phones":
+    if word_boundary_kind(tok) == "phone":
         print("note: a phone model: sherpa-onnx's greedy search writes its phones, space-separated, not words; "
               f"words come from its TLG graph: asrkit transcribe --model {out} RECORDING.wav")
     if not ok:

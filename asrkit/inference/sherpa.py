@@ -37,7 +37,7 @@ from typing import Iterable
 import numpy as np
 import torch
 
-from asrkit.decode.ctc import SP_SPACE, WORD_BOUNDARY
+from asrkit.decode.ctc import SP_SPACE, WORD_BOUNDARY, word_boundary_kind
 
 MODEL_TYPE = "zipformer2_ctc"
 #: log of kaldi-native-fbank's energy floor (float epsilon) for [-1, 1] samples, on the int16 scale
@@ -47,7 +47,7 @@ KNF_FLOOR_INT16 = float(np.log(np.finfo(np.float32).eps) + 2 * np.log(32768.0))
 def sherpa_tokens(tokenizer) -> list[str]:
     """The symbols of ``tokens.txt`` in id order."""
     out = []
-    phones = getattr(tokenizer, "kind", "") == "phones"
+    phones = word_boundary_kind(tokenizer) == "phone"
     for i, t in enumerate(tokenizer.tokens):
         if i == getattr(tokenizer, "blank_id", 0):
             out.append("<blank>")

@@ -2,8 +2,10 @@
 
 Post-LN as in the paper (``norm_first=False``) or pre-LN. ``encoder.conv_kernel`` > 0 adds the
 Conformer's convolution module (Gulati et al., 2020) to every layer, between attention and
-feed-forward; the positional encoding is untouched, so encodings still differ by one key. Layer drop skips whole layers at
-training time; which layers are dropped is drawn from a generator seeded per step
+feed-forward; the positional encoding is untouched, so encodings still differ by one key.
+
+Layer drop skips whole layers at training time; which layers are dropped is drawn from a
+generator seeded per step
 (:meth:`TransformerEncoder.set_step`), so every DDP rank drops the same layers and a resumed
 run drops the same layers as an uninterrupted one.
 """
