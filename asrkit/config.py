@@ -79,10 +79,13 @@ class TokenConfig:
 
 @dataclass
 class FrontendConfig:
-    """1-D conv + GLU frontend (CAPE paper / Likhomanenko et al.)."""
+    """The Transformer's frontend (asrkit.model.frontend): ``conv1d``, one 1-D conv + GLU (CAPE
+    paper / Likhomanenko et al.), or ``conv2d``, the Conformers' 2-D conv subsampling."""
 
-    kernel: int = 7
-    stride: int = 3
+    type: str = "conv1d"  #: conv1d | conv2d (asrkit.model.frontend.FRONTENDS)
+    kernel: int = 7  #: conv1d: over time; conv2d: kernel x kernel (3 in ESPnet / icefall / NeMo)
+    stride: int = 3  #: frames per output frame (conv2d: a power of 2, one stride-2 conv per factor 2)
+    channels: int = 64  #: conv2d only: channels of its convolutions
     dropout: float = 0.3
 
 

@@ -108,6 +108,8 @@ EXPORTABLE = {
     "rope+cape": ["encoder.pos_enc=rope", "encoder.pos.augment=cape"],
     "alibi+cape": ["encoder.pos_enc=alibi", "encoder.pos.augment=cape"],
     "alibi+conformer": ["encoder.pos_enc=alibi", "encoder.conv_kernel=5"],
+    "alibi+conformer+conv2d": ["encoder.pos_enc=alibi", "encoder.conv_kernel=5", "frontend.type=conv2d",
+                               "frontend.kernel=3", "frontend.stride=4", "frontend.channels=4"],
     "spe_sine": ["encoder.attention=linear_relu"],
     "nopos+favor": ["encoder.attention=linear_favor"],
     "gated_conv": ["encoder.type=gated_conv", "encoder.n_layers=3", "encoder.pos_enc=concat_sin",

@@ -36,12 +36,20 @@ def test_forward_shapes(norm_first):
     assert torch.allclose(out.log_probs.exp().sum(-1), torch.ones(3, 34), atol=1e-4)
 
 
+CONV2D = ["frontend.type=conv2d", "frontend.kernel=3", "frontend.stride=4", "frontend.channels=8"]
+
+
+@pytest.mark.parametrize("frontend", ["conv1d", "conv2d"])
 @pytest.mark.parametrize("conv_kernel", [0, 15])
 @pytest.mark.parametrize("norm_first", [False, True])
-def test_batch_of_one_equals_batch_of_n(norm_first, conv_kernel):
+def test_batch_of_one_equals_batch_of_n(norm_first, conv_kernel, frontend):
     """conv_kernel 15: the Conformer convolution module sees 15 frames, more than the shortest
-    utterance has, so its padded frames would leak into every real one if they were not zeroed."""
-    m = build_model(_cfg(f"encoder.norm_first={str(norm_first).lower()}", f"encoder.conv_kernel={conv_kernel}"), 30).eval()
+    utterance has, so its padded frames would leak into every real one if they were not zeroed.
+    conv2d: the 2-D subsampling's first convolution turns padded frames into ReLU(bias), which
+    the second would read if they were not zeroed."""
+    extra = CONV2D if frontend == "conv2d" else []
+    m = build_model(_cfg(f"encoder.norm_first={str(norm_first).lower()}", f"encoder.conv_kernel={conv_kernel}", *extra),
+                    30).eval()
     lens = [100, 61, 7, 88]
     feats, l, times = _batch(lens)
     full = m.encode(feats, l, times)
@@ -93,6 +101,58 @@ def test_conv_module_matches_speechbrain():
         torch.testing.assert_close(y[b, :n], f["out_alone"][b, :n], atol=1e-5, rtol=0)
     torch.testing.assert_close(y[:, :5], f["out"][:, :5], atol=1e-5, rtol=0)
     assert (y[1, 5:7] - f["out"][1, 5:7]).abs().max() > 0.1  # SpeechBrain's batch: padding leaks in
+
+
+def test_conv2d_frontend_lengths_times_and_config_errors():
+    from asrkit.schema import ConfigError
+
+    m = build_model(_cfg(*CONV2D), 30).eval()
+    feats, lens, times = _batch([100, 61, 7])
+    out = m.encode(feats, lens, times)
+    assert out.lengths.tolist() == [25, 16, 2]  # ceil(n / 4), as every data filter assumes
+    assert torch.allclose(out.times[0, :3], torch.tensor([0.0, 0.04, 0.08]))
+    keys = set(m.state_dict())
+    assert {"encoder.frontend.convs.0.weight", "encoder.frontend.convs.1.weight", "encoder.frontend.out.weight"} <= keys
+    assert m.state_dict()["encoder.frontend.out.weight"].shape == (64, 8 * 20)  # 8 channels x 80 / 4 mels
+    for bad, match in ((["frontend.type=conv3d"], r"frontend.type.*valid: conv1d, conv2d"),
+                       (CONV2D + ["frontend.stride=3"], r"frontend.stride.*power of 2"),
+                       (CONV2D + ["frontend.kernel=4"], r"frontend.kernel.*odd kernel >= 3"),
+                       (CONV2D + ["frontend.channels=0"], r"frontend.channels"),
+                       (CONV2D + ["encoder.type=conv", "encoder.n_layers=2", "encoder.options={pool_layers: 2}"],
+                        r"frontend.type.*remove frontend.type")):
+        with pytest.raises(ConfigError, match=match):
+            build_model(_cfg(*bad), 30)
+
+
+def test_conv2d_frontend_matches_nemo():
+    """The conv2d frontend against NeMo's ConvSubsampling (striding, factor 4), run unchanged
+    (tests/fixtures/nemo_conv_subsampling/README.md): the same output lengths, and the same
+    outputs on every frame of the padded batch and of each utterance alone. Length 21 makes the
+    first convolution's valid length odd, so its last valid frame reads padding: NeMo masks it
+    between the convolutions, and so must asrkit."""
+    from asrkit.model.frontend import Conv2dSubsampling
+
+    f = {k: torch.from_numpy(v) for k, v in np.load(Path(__file__).parent / "fixtures" / "nemo_conv_subsampling" /
+                                                     "nemo_striding4.npz").items()}
+    m = Conv2dSubsampling(16, 12, kernel=3, stride=4, channels=8).eval()
+    names = {"convs.0": "conv.0", "convs.1": "conv.2", "out": "out"}
+    m.load_state_dict({k: f["param/" + names[k.rsplit(".", 1)[0]] + "." + k.rsplit(".", 1)[1]] for k in m.state_dict()})
+    x = f["x"]
+    x21 = x.clone()
+    x21[1, 21:] = 0
+    times = torch.arange(x.shape[1]).float()[None].expand(2, -1) * 0.01
+    with torch.no_grad():
+        for xs, lengths, y_batch, len_batch, alone in (
+                (x, f["lengths"], f["y_batch"], f["len_batch"], [(f["y_alone_0"], f["len_alone_0"]), (f["y_alone_1"], f["len_alone_1"])]),
+                (x21, f["lengths21"], f["y_batch21"], f["len_batch21"], [(f["y_alone_0"], f["len_alone_0"]), (f["y_alone21_1"], f["len_alone21_1"])])):
+            y, lens, _ = m(xs, lengths, times)
+            assert lens.tolist() == len_batch.tolist()
+            torch.testing.assert_close(y, y_batch, atol=1e-5, rtol=0)
+            for b, (ya, la) in enumerate(alone):
+                n = int(lengths[b])
+                y1, l1, _ = m(xs[b:b + 1, :n], lengths[b:b + 1], times[b:b + 1, :n])
+                assert l1.tolist() == la.tolist()
+                torch.testing.assert_close(y1, ya, atol=1e-5, rtol=0)
 
 
 def test_loss_and_backward():

@@ -205,9 +205,13 @@ def espnet_config(cfg, *, epochs: int, iters_per_epoch: int, typical_frames: int
     elif nbest:
         conf["keep_nbest_models"] = nbest
     diffs += [
-        f"frontend: asrkit 1-D conv (kernel {cfg.frontend.kernel}, stride {cfg.frontend.stride}) + GLU on the fbank; "
-        "ESPnet conv2d subsampling (two 3x3 Conv2d of stride 2 + ReLU, then a linear layer): the same 40 ms "
-        "per encoder frame at stride 4, more parameters (see the parameter counts)"
+        (f"frontend: asrkit 1-D conv (kernel {cfg.frontend.kernel}, stride {cfg.frontend.stride}) + GLU on the fbank; "
+         "ESPnet conv2d subsampling (two 3x3 Conv2d of stride 2 + ReLU, then a linear layer): the same 40 ms "
+         "per encoder frame at stride 4, more parameters (see the parameter counts)"
+         if cfg.frontend.type == "conv1d" else
+         f"frontend: asrkit conv2d subsampling ({cfg.frontend.channels} channels, padding kernel // 2, so "
+         "ceil(T / 4) frames); ESPnet's conv2d subsampling: {d} channels (encoder output_size), no padding "
+         "(((T - 1) // 2 - 1) // 2 frames)".replace("{d}", str(e.d_model)))
         if cfg.frontend.stride == 4 else
         f"frontend stride {cfg.frontend.stride}: ESPnet's conv2d subsampling has stride 4",
         f"positional encoding: asrkit encoder.pos_enc={e.pos_enc}; ESPnet's Transformer encoder with conv2d input "

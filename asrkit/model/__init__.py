@@ -16,6 +16,7 @@ from torch import nn
 from asrkit.model import conv, transformer
 from asrkit.model.asr import AsrModel
 from asrkit.model.attention import ATTENTIONS
+from asrkit.model.frontend import FRONTENDS
 from asrkit.model.decoders import DECODERS, validate_decoder_config
 from asrkit.model.posenc import validate_pos_config
 from asrkit.schema import ConfigError
@@ -63,8 +64,7 @@ def validate_model_config(cfg) -> None:
                           "kernel >= 3 (e.g. 15 frames = 0.6 s after a stride-4 frontend)")
     if e.conv_kernel and e.type != "transformer":
         raise ConfigError(f"config key 'encoder.conv_kernel' is for encoder.type=transformer, not {e.type!r}; remove it")
-    if cfg.frontend.kernel < 1 or cfg.frontend.stride < 1:
-        raise ConfigError("frontend.kernel and frontend.stride must be >= 1")
+    check_frontend_config(cfg)
     kind = ENCODERS[e.type]
     if e.options and not kind.has_options:
         with_options = ", ".join(n for n, k in ENCODERS.items() if k.has_options)
@@ -74,6 +74,28 @@ def validate_model_config(cfg) -> None:
     if kind.check is not None:
         kind.check(cfg)
     validate_decoder_config(cfg)
+
+
+def check_frontend_config(cfg) -> None:
+    """The ``frontend`` section. Raises ConfigError naming the key."""
+    fe = cfg.frontend
+    if fe.type not in FRONTENDS:
+        raise ConfigError(f"config key 'frontend.type': invalid value {fe.type!r}; valid: {', '.join(FRONTENDS)}")
+    if fe.kernel < 1 or fe.stride < 1:
+        raise ConfigError("frontend.kernel and frontend.stride must be >= 1")
+    if fe.type == "conv1d":
+        return
+    if cfg.encoder.type != "transformer":
+        raise ConfigError(f"config key 'frontend.type'={fe.type!r} is the Transformer's frontend; encoder.type="
+                          f"{cfg.encoder.type!r} has its own (encoder.options): remove frontend.type")
+    if fe.stride < 2 or fe.stride & (fe.stride - 1):
+        raise ConfigError(f"config key 'frontend.stride'={fe.stride}: frontend.type=conv2d needs a power of 2 >= 2 "
+                          "(one stride-2 convolution per factor 2; 4 in ESPnet / icefall / NeMo)")
+    if fe.kernel < 3 or fe.kernel % 2 == 0:
+        raise ConfigError(f"config key 'frontend.kernel'={fe.kernel}: frontend.type=conv2d needs an odd kernel >= 3 "
+                          "(3 in ESPnet / icefall / NeMo)")
+    if fe.channels < 1:
+        raise ConfigError(f"config key 'frontend.channels'={fe.channels} must be >= 1")
 
 
 def build_model(cfg, vocab_size: int) -> nn.Module:

@@ -1,14 +1,27 @@
-"""1-D convolution + GLU frontend (CAPE paper, section 5.2: kernel 7, stride 3).
+"""The Transformer's frontends: fbank frames (B x T x F) -> B x T' x D at ``frontend.stride``.
+
+* ``conv1d`` (:class:`Conv1dGLU`): one 1-D convolution + GLU (CAPE paper, section 5.2: kernel 7,
+  stride 3).
+* ``conv2d`` (:class:`Conv2dSubsampling`): log2(stride) 2-D convolutions over (time, frequency),
+  each of stride 2 on both axes + ReLU, then a linear layer: the "conv2d subsampling" of the
+  ESPnet / icefall / NeMo Conformers, with NeMo's ``striding`` padding (``kernel // 2`` on every
+  side), so ``T' = ceil(T / stride)``; checked against NeMo's ``ConvSubsampling``
+  (tests/fixtures/nemo_conv_subsampling).
 
 Frame times follow the frames: output frame j is centred on input frame ``j * stride``, so its
-time is that input frame's time. With zero padding of ``kernel // 2`` and zeroed padded input
-frames, a padded batch gives exactly the outputs of each utterance alone.
+time is that input frame's time. With zero padding of ``kernel // 2`` and padded frames zeroed
+(on the input, and after every 2-D convolution), a padded batch gives exactly the outputs of each
+utterance alone.
 """
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+
+def _strided_lengths(lengths: Tensor, kernel: int, stride: int) -> Tensor:
+    return torch.div(lengths + 2 * (kernel // 2) - kernel, stride, rounding_mode="floor") + 1
 
 
 class Conv1dGLU(nn.Module):
@@ -19,8 +32,7 @@ class Conv1dGLU(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def out_lengths(self, lengths: Tensor) -> Tensor:
-        pad = self.kernel // 2
-        return torch.div(lengths + 2 * pad - self.kernel, self.stride, rounding_mode="floor") + 1
+        return _strided_lengths(lengths, self.kernel, self.stride)
 
     def forward(self, feats: Tensor, lengths: Tensor, times: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """feats: B x T x F (padded frames zero), lengths: B, times: B x T seconds.
@@ -29,3 +41,53 @@ class Conv1dGLU(nn.Module):
         x = self.dropout(x)
         out_times = times[:, :: self.stride][:, : x.shape[1]]
         return x, self.out_lengths(lengths), out_times
+
+
+class Conv2dSubsampling(nn.Module):
+    """``n = log2(stride)`` x (Conv2d kernel x kernel, stride 2, padding kernel // 2, ReLU) over
+    (time, frequency), padded frames zeroed after each, then Linear(channels x F' -> d_model)
+    (the conv output flattened channel-major, as NeMo and ESPnet do) and dropout."""
+
+    def __init__(self, n_in: int, d_model: int, kernel: int = 3, stride: int = 4, channels: int = 64,
+                 dropout: float = 0.0):
+        super().__init__()
+        n = stride.bit_length() - 1
+        if stride < 2 or stride != 1 << n:
+            raise ValueError(f"Conv2dSubsampling: stride {stride} is not a power of 2 >= 2")
+        self.kernel, self.stride = kernel, stride
+        self.convs = nn.ModuleList(nn.Conv2d(1 if i == 0 else channels, channels, kernel, stride=2, padding=kernel // 2)
+                                   for i in range(n))
+        f = n_in
+        for _ in range(n):
+            f = (f + 2 * (kernel // 2) - kernel) // 2 + 1
+        self.out = nn.Linear(channels * f, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def out_lengths(self, lengths: Tensor) -> Tensor:
+        for _ in self.convs:
+            lengths = _strided_lengths(lengths, self.kernel, 2)
+        return lengths
+
+    def forward(self, feats: Tensor, lengths: Tensor, times: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """As :meth:`Conv1dGLU.forward`."""
+        h = feats.unsqueeze(1)  # B x 1 x T x F
+        for conv in self.convs:
+            h = F.relu(conv(h))
+            lengths = _strided_lengths(lengths, self.kernel, 2)
+            keep = torch.arange(h.shape[2], device=h.device)[None, :] < lengths[:, None]
+            h = h * keep[:, None, :, None].to(h.dtype)
+        B, C, T, Fp = h.shape
+        x = self.dropout(self.out(h.transpose(1, 2).reshape(B, T, C * Fp)))
+        out_times = times[:, :: self.stride][:, :T]
+        return x, lengths, out_times
+
+
+#: frontend.type -> its module class (the single list of valid frontends)
+FRONTENDS = {"conv1d": Conv1dGLU, "conv2d": Conv2dSubsampling}
+
+
+def build_frontend(n_feats: int, d_model: int, cfg) -> nn.Module:
+    """The frontend ``cfg`` (:class:`asrkit.config.FrontendConfig`) names."""
+    if cfg.type == "conv2d":
+        return Conv2dSubsampling(n_feats, d_model, cfg.kernel, cfg.stride, cfg.channels, cfg.dropout)
+    return Conv1dGLU(n_feats, d_model, cfg.kernel, cfg.stride, cfg.dropout)

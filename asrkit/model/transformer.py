@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from asrkit.model.attention import ATTENTIONS
-from asrkit.model.frontend import Conv1dGLU
+from asrkit.model.frontend import build_frontend
 from asrkit.model.posenc import build_pos_encoding
 from asrkit.model.posenc.base import PositionalEncoding, PosState
 
@@ -85,7 +85,7 @@ class TransformerEncoder(nn.Module):
     def __init__(self, cfg, n_feats: int, frontend_cfg, frame_step: float | None = None):
         super().__init__()
         d = cfg.d_model
-        self.frontend = Conv1dGLU(n_feats, d, frontend_cfg.kernel, frontend_cfg.stride, frontend_cfg.dropout)
+        self.frontend = build_frontend(n_feats, d, frontend_cfg)
         self.pos = build_pos_encoding(cfg, frame_step=frame_step)
         d_in = self.pos.output_dim(d)
         self.proj = nn.Linear(d_in, d) if d_in != d else nn.Identity()
