@@ -123,3 +123,27 @@ def test_word_times_of_a_phone_transcript_group_each_words_phones():
     aligned = [TokenTime(i, 0.1 * k, 0.1 * k + 0.05) for k, i in enumerate(ids)]
     words = words_from_tokens(tok, aligned, "THE CAT")
     assert [(w.word, round(w.start, 6), round(w.end, 6), len(w.tokens)) for w in words] == [("THE", 0.0, 0.15, 2), ("CAT", 0.2, 0.45, 3)]
+
+
+def test_word_times_of_a_phone_transcript_follow_the_pronunciation_the_model_heard():
+    """TLG decoding returns words; a word with several pronunciations (THE, DOG, IS here) is
+    aligned with the one whose CTC path scores best, not with the lexicon's first, so its phones
+    and times are those spoken."""
+    from asrkit.inference.align import best_pronunciations, ctc_align, token_times, words_from_tokens
+
+    tok = PhoneTokenizer(read_lexicon(LEX))
+    spoken = [tok.tokens.index(p) for p in "DH IY D AO G S R EH D".split()]  # THE DOG IS RED, 2nd / 2nd / 3rd
+    lp = frame_logprobs(spell_frames(spoken, frames_per_token=2), tok.vocab_size)
+    prons = best_pronunciations(lp, tok, "THE DOG IS RED")
+    assert [" ".join(tok.tokens[i] for i in p) for p in prons] == ["DH IY", "D AO G", "S", "R EH D"]
+    assert tok.encode("THE DOG IS RED") != spoken  # the first pronunciations: DH AH D AH G AH Z R EH D
+    ids = [i for p in prons for i in p]
+    times = torch.arange(lp.shape[0]).float() * 0.04
+    aligned = token_times(ctc_align(lp, ids), ids, times, 0.04)
+    words = words_from_tokens(tok, aligned, "THE DOG IS RED", [len(p) for p in prons])
+    # frame layout: a blank, then every phone 2 frames + a blank: S (phone 5) at frames 16-17
+    assert [(w.word, round(w.start, 2), round(w.end, 2)) for w in words] == [
+        ("THE", 0.04, 0.24), ("DOG", 0.28, 0.60), ("IS", 0.64, 0.72), ("RED", 0.76, 1.08)]
+    first = tok.encode("THE DOG IS RED")  # what the aligner used before: THE as DH AH, whose AH
+    before = words_from_tokens(tok, token_times(ctc_align(lp, first), first, times, 0.04), "THE DOG IS RED")
+    assert (round(before[0].start, 2), round(before[0].end, 2)) == (0.04, 0.20)  # takes one frame of IY

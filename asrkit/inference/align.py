@@ -56,12 +56,18 @@ def ctc_align(log_probs, tokens: Sequence[int], blank: int = 0, edge: Optional[i
     ``log_probs`` (``T x V``). ``edge``: a token the path may also hold before the first and
     after the last token (the word boundary, which transcripts drop at their ends). None when
     no path exists (more tokens and required blanks between repeats than frames)."""
+    return ctc_viterbi(log_probs, tokens, blank, edge)[0]
+
+
+def ctc_viterbi(log_probs, tokens: Sequence[int], blank: int = 0, edge: Optional[int] = None
+                ) -> tuple[Optional[list[tuple[int, int]]], float]:
+    """:func:`ctc_align`'s spans and the log-probability of that best path (-inf: none)."""
     lp = log_probs.detach().float().cpu().numpy() if isinstance(log_probs, torch.Tensor) else np.asarray(log_probs)
     T, U = lp.shape[0], len(tokens)
     if U == 0:
-        return []
+        return [], float(lp[:, blank].sum()) if T else 0.0
     if T == 0:
-        return None
+        return None, -np.inf
     seq = ([edge] + list(tokens) + [edge]) if edge is not None else list(tokens)
     ext = np.full(2 * len(seq) + 1, blank, dtype=np.int64)
     ext[1::2] = seq
@@ -88,7 +94,7 @@ def ctc_align(log_probs, tokens: Sequence[int], blank: int = 0, edge: Optional[i
     last = S - 4 if edge is not None else S - 2  # ... and end in these (optional trailing edge)
     end = last + int(np.argmax(alpha[last:]))
     if not np.isfinite(alpha[end]):
-        return None
+        return None, -np.inf
     spans: list[list[int]] = [[-1, -1] for _ in seq]
     s = end
     for t in range(T - 1, -1, -1):
@@ -99,7 +105,29 @@ def ctc_align(log_probs, tokens: Sequence[int], blank: int = 0, edge: Optional[i
         s -= int(back[t, s])
     if edge is not None:
         spans = spans[1:-1]
-    return [(a, b) for a, b in spans]
+    return [(a, b) for a, b in spans], float(alpha[end])
+
+
+def best_pronunciations(log_probs, tokenizer, text: str, blank: int = 0) -> list[list[int]]:
+    """The token ids of each word of ``text`` for a phone tokenizer, choosing among a word's
+    pronunciations the one whose CTC path through ``log_probs`` scores best, word by word from
+    the left with the other words at their current choice (the first pronunciation to begin
+    with; one pass). The TLG decoder picked one pronunciation per word but returns words only,
+    so this recovers the phones the model heard (``tokenizer.encode`` takes the first)."""
+    words = [tokenizer.pronunciations(w) or [tokenizer.encode(w)] for w in text.split()]
+    choice = [p[0] for p in words]
+
+    def score(c: list[list[int]]) -> float:
+        return ctc_viterbi(log_probs, [i for ids in c for i in ids], blank)[1]
+
+    best = score(choice) if any(len(p) > 1 for p in words) else 0.0
+    for k, prons in enumerate(words):
+        for alt in prons[1:]:
+            trial = choice[:k] + [alt] + choice[k + 1:]
+            s = score(trial)
+            if s > best:
+                best, choice = s, trial
+    return choice
 
 
 def uniform_spans(n_frames: int, n_tokens: int) -> list[tuple[int, int]]:
@@ -140,14 +168,16 @@ def token_times(spans: Sequence[tuple[int, int]], tokens: Sequence[int], times, 
     return out
 
 
-def words_from_tokens(tokenizer, aligned: Sequence[TokenTime], text: str = "") -> list[Word]:
+def words_from_tokens(tokenizer, aligned: Sequence[TokenTime], text: str = "",
+                      word_lengths: Optional[Sequence[int]] = None) -> list[Word]:
     """Group aligned tokens into words (the tokenizer's word-boundary convention); upper case,
     as the decoders write transcripts. Phones have no word boundary: their words are those of
-    ``text`` (the transcript the tokens were encoded from), each its pronunciation's phones."""
+    ``text`` (the transcript the tokens were encoded from), each its pronunciation's phones:
+    ``word_lengths[k]`` of them for word k (default: its first pronunciation's)."""
     if word_boundary_kind(tokenizer) == "phone":
         words, i = [], 0
-        for w in text.split():
-            n = len(tokenizer.encode(w))
+        for k, w in enumerate(text.split()):
+            n = word_lengths[k] if word_lengths is not None else len(tokenizer.encode(w))
             part = list(aligned[i:i + n])
             i += n
             if part:

@@ -27,7 +27,9 @@ from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 import numpy as np
 import torch
 
-from asrkit.inference.align import TokenTime, Word, attention_frames, ctc_align, token_times, uniform_spans, words_from_tokens
+from asrkit.decode.ctc import word_boundary_kind
+from asrkit.inference.align import (TokenTime, Word, attention_frames, best_pronunciations, ctc_align, token_times,
+                                   uniform_spans, words_from_tokens)
 from asrkit.inference.audio import Audio, InputError, open_audio
 from asrkit.inference.chunking import Chunk, merge_chunks, plan_chunks
 
@@ -198,8 +200,13 @@ class Transcriber:
         return [self._words(enc, b, text, s.chunk.offset) for b, (s, text) in enumerate(zip(segs, texts))]
 
     def _words(self, enc, b: int, text: str, offset: float) -> list[Word]:
-        ids = self.tokenizer.encode(text)
         n = int(enc.lengths[b])
+        lengths = None
+        if word_boundary_kind(self.tokenizer) == "phone" and enc.log_probs is not None:
+            prons = best_pronunciations(enc.log_probs[b, :n], self.tokenizer, text)
+            ids, lengths = [i for p in prons for i in p], [len(p) for p in prons]
+        else:
+            ids = self.tokenizer.encode(text)
         times = enc.times[b, :n].float().cpu()
         use_ctc = self.model.decoder is None or self.model.ctc_weight > 0
         if use_ctc:
@@ -210,7 +217,7 @@ class Transcriber:
             nxt = frames[1:] + [n]
             spans = [(f, max(f, g - 1)) for f, g in zip(frames, nxt)]
         aligned: list[TokenTime] = token_times(spans, ids, times, self.frame_step, offset)
-        return words_from_tokens(self.tokenizer, aligned, text)
+        return words_from_tokens(self.tokenizer, aligned, text, lengths)
 
 
 def _name(src: Any) -> str:
