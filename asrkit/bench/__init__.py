@@ -5,6 +5,7 @@
     python -m asrkit.bench train --recipe egs/mini/asr1             # input pipeline vs model: throughput, FLOP use
     python -m asrkit.bench peers --steps 800                        # side by side with ESPnet (tools/peers/espnet)
     python -m asrkit.bench scale [--sizes 10000,281241]             # data stages 1-4 at LibriSpeech 960 h's size
+    python -m asrkit.bench frontend [--channels 32,64]             # cost of the conv1d / conv2d frontends
 
 Speed targets live here, not in the test suite. A benchmark that measures in fresh processes
 runs its workers as ``python -m asrkit.bench --worker <module>:<function> <json spec>``.
@@ -23,6 +24,7 @@ BENCHMARKS: dict[str, str] = {
     "train": "asrkit.bench.train",
     "peers": "asrkit.bench.peers",
     "scale": "asrkit.bench.scale",
+    "frontend": "asrkit.bench.frontend",
 }
 
 

@@ -1,0 +1,99 @@
+"""``frontend``: the cost of the Transformer's frontends (``frontend.type``) in a training step.
+
+    python -m asrkit.bench frontend [--config CONF] [--channels 32,64] [--reps 7] [--out bench.md]
+
+Times forward + backward (training mode) of each frontend alone and of the whole model built from
+``--config`` (default: the speechocean762 recipe's Conformer) with that frontend, on a batch of
+``--batch-seconds`` of ``--utt-seconds`` utterances (fbank frames, no padding), ``--threads`` CPU
+threads. Rows: ``conv1d`` (1-D conv + GLU), and ``conv2d`` at each ``--channels`` with its
+channels-last convolution weights (as built) and with them converted back to PyTorch's default
+layout (the A/B of that choice). In every round each row runs one step, in a random order; a row's
+ratio is the median over rounds of its step / ``conv1d``'s step in the same round, so a slow spell
+of the VM hits both sides of each ratio.
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "egs" / "speechocean762" / "asr1" / "conf" / "train_conformer.yaml"
+
+
+def _rows(channels: list[int]) -> dict[str, list[str]]:
+    rows = {"conv1d": ["frontend.type=conv1d", "frontend.kernel=7"]}
+    for c in channels:
+        conv2d = ["frontend.type=conv2d", "frontend.kernel=3", f"frontend.channels={c}"]
+        rows[f"conv2d, {c} channels"] = conv2d
+        rows[f"conv2d, {c} channels, default layout"] = conv2d
+    return rows
+
+
+def _step(module, *inputs) -> float:
+    t0 = time.perf_counter()
+    out = module(*inputs)
+    (out[0] if isinstance(out, tuple) else out.log_probs).sum().backward()
+    return time.perf_counter() - t0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from asrkit.model import build_model
+    from asrkit.training.checks import load_config
+    from asrkit.utils import cpu_model
+
+    ap = argparse.ArgumentParser(prog="asrkit bench frontend", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--config", type=Path, default=DEFAULT_CONFIG if DEFAULT_CONFIG.exists() else None)
+    ap.add_argument("--channels", default="32,64", help="conv2d channel counts, comma-separated")
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--batch-seconds", type=float, default=100.0)
+    ap.add_argument("--utt-seconds", type=float, default=5.0)
+    ap.add_argument("--out", type=Path, help="also write the table here (Markdown)")
+    a = ap.parse_args(argv)
+    torch.set_num_threads(a.threads)
+    rows = _rows([int(c) for c in a.channels.split(",") if c])
+    models = {}
+    for name, overrides in rows.items():
+        torch.manual_seed(0)
+        m = build_model(load_config(a.config, overrides), 32).train()
+        if name.endswith("default layout"):
+            m.encoder.frontend.convs.to(memory_format=torch.contiguous_format)
+        models[name] = m
+    cfg = load_config(a.config, [])
+    T = int(round(a.utt_seconds / cfg.features.hop))
+    B = max(1, int(a.batch_seconds // a.utt_seconds))
+    feats = torch.randn(B, T, cfg.features.n_mels)
+    lengths = torch.full((B,), T)
+    times = torch.arange(T).float()[None].expand(B, -1) * cfg.features.hop
+    for m in models.values():  # warm-up: kernels loaded, allocator primed
+        _step(m.encode, feats, lengths, times)
+        _step(m.encoder.frontend, feats, lengths, times)
+    model_t = {n: [] for n in models}
+    front_t = {n: [] for n in models}
+    rng = random.Random(0)
+    for _ in range(a.reps):
+        order = list(models)
+        rng.shuffle(order)
+        for n in order:
+            model_t[n].append(_step(models[n].encode, feats, lengths, times))
+            front_t[n].append(_step(models[n].encoder.frontend, feats, lengths, times))
+    base = "conv1d"
+    lines = [f"## Frontends: forward + backward of one training step ({B} x {a.utt_seconds:g} s, {a.threads} threads, "
+             f"{a.reps} rounds; {cpu_model() or 'unknown CPU'}; torch {torch.__version__})", "",
+             f"config: `{a.config}` (its frontend replaced per row)", "",
+             "| frontend | parameters | frontend s (median) | model s (median) | model / conv1d (median of per-round ratios) |",
+             "|---|---:|---:|---:|---:|"]
+    for n, m in models.items():
+        ratio = statistics.median(x / y for x, y in zip(model_t[n], model_t[base]))
+        params = sum(p.numel() for p in m.parameters()) / 1e6
+        lines.append(f"| {n} | {params:.2f} M | {statistics.median(front_t[n]):.3f} | {statistics.median(model_t[n]):.3f} "
+                     f"| {ratio:.2f}x |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if a.out:
+        a.out.write_text(text)
+    return 0
