@@ -6,6 +6,7 @@
     python -m asrkit.bench peers --steps 800                        # side by side with ESPnet (tools/peers/espnet)
     python -m asrkit.bench scale [--sizes 10000,281241]             # data stages 1-4 at LibriSpeech 960 h's size
     python -m asrkit.bench frontend [--channels 32,64]             # cost of the conv1d / conv2d frontends
+    python -m asrkit.bench dropout [--p 0.1]                       # cost of dropout: asrkit's CPU mask vs PyTorch's
 
 Speed targets live here, not in the test suite. A benchmark that measures in fresh processes
 runs its workers as ``python -m asrkit.bench --worker <module>:<function> <json spec>``.
@@ -25,6 +26,7 @@ BENCHMARKS: dict[str, str] = {
     "peers": "asrkit.bench.peers",
     "scale": "asrkit.bench.scale",
     "frontend": "asrkit.bench.frontend",
+    "dropout": "asrkit.bench.dropout",
 }
 
 

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from asrkit.model.dropout import dropout
 from asrkit.model.posenc.base import PositionalEncoding, PosState, QBias
 from asrkit.utils import denormals_flushed
 
@@ -91,7 +92,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], dropout_p
     S = k.shape[-2]
     scores = torch.baddbmm(mask.expand(*lead, T, S).reshape(-1, T, S), q.reshape(-1, T, Dh),
                            k.reshape(-1, S, Dh).transpose(1, 2), alpha=Dh**-0.5)
-    p = F.dropout(scores.softmax(-1), dropout_p) if dropout_p > 0 else scores.softmax(-1)
+    p = dropout(scores.softmax(-1), dropout_p) if dropout_p > 0 else scores.softmax(-1)
     return torch.bmm(p, v.reshape(-1, S, v.shape[-1])).view(*lead, T, v.shape[-1])
 
 

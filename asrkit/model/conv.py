@@ -70,6 +70,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from asrkit.model.asr import NoFramesError
+from asrkit.model.dropout import Dropout
 from asrkit.model.posenc import POS_ENCODINGS, build_pos_encoding
 from asrkit.model.posenc.base import PositionalEncoding
 from asrkit.schema import ConfigError, from_dict
@@ -202,7 +203,7 @@ class DepthwiseConvLayer(nn.Module):
         self.pointwise = nn.Linear(d, 2 * d_out if gated else d_out)
         self.act = ACTIVATIONS[activation]()
         self.gated, self.value_activation = gated, value_activation
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
 
     def forward(self, x: Tensor, mask: Tensor) -> Tensor:
         x = self.depthwise(_zero_pad(x, mask).transpose(1, 2)).transpose(1, 2)
@@ -236,7 +237,7 @@ class ConvEncoder(nn.Module):
                                d_out=d, value_activation=o.gate_value_activation) for i in range(enc.n_layers))
         n_groups = -(-(enc.n_layers - self.res_start) // o.residual_every)
         self.norms = nn.ModuleList(nn.LayerNorm(d) for _ in range(n_groups))
-        self.drop = nn.Dropout(enc.dropout)
+        self.drop = Dropout(enc.dropout)
         self.d_model = d
         self.time_reduction = time_reduction(o)
         if enc.layer_drop > 0:

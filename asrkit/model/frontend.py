@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from asrkit.model.dropout import Dropout
+
 
 def _strided_lengths(lengths: Tensor, kernel: int, stride: int) -> Tensor:
     return torch.div(lengths + 2 * (kernel // 2) - kernel, stride, rounding_mode="floor") + 1
@@ -29,7 +31,7 @@ class Conv1dGLU(nn.Module):
         super().__init__()
         self.kernel, self.stride = kernel, stride
         self.conv = nn.Conv1d(n_in, 2 * d_model, kernel, stride=stride, padding=kernel // 2)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def out_lengths(self, lengths: Tensor) -> Tensor:
         return _strided_lengths(lengths, self.kernel, self.stride)
@@ -61,7 +63,7 @@ class Conv2dSubsampling(nn.Module):
         for _ in range(n):
             f = (f + 2 * (kernel // 2) - kernel) // 2 + 1
         self.out = nn.Linear(channels * f, d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         # channels-last weights and input: oneDNN's fastest layout on CPU (forward + backward of the
         # frontend 1.5x faster at 64 channels, python -m asrkit.bench frontend); the values are the same
         self.convs.to(memory_format=torch.channels_last)

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from asrkit.model.dropout import Dropout
 from asrkit.model.seq2seq import SearchKeys, Seq2SeqDecoder
 
 
@@ -82,7 +83,7 @@ class LstmDecoder(Seq2SeqDecoder):
         self.att = MlpAttention(o.units, enc_dim, o.att_dim, o.weight_feedback)
         self.readout = nn.Linear(o.units + o.embed_dim + enc_dim, o.readout_dim)
         self.out = nn.Linear(o.readout_dim // 2, vocab_size)
-        self.drop = nn.Dropout(o.dropout)
+        self.drop = Dropout(o.dropout)
         self.enc_dim = enc_dim
 
     # -- incremental interface (asrkit.decode.attention)

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from asrkit.model.attention import ATTENTIONS
+from asrkit.model.dropout import Dropout
 from asrkit.model.frontend import build_frontend
 from asrkit.model.posenc import build_pos_encoding
 from asrkit.model.posenc.base import PositionalEncoding, PosState
@@ -26,7 +27,7 @@ ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "swish": nn.SiLU}
 
 class FeedForward(nn.Sequential):
     def __init__(self, d_model: int, d_ff: int, dropout: float, activation: str = "relu"):
-        super().__init__(nn.Linear(d_model, d_ff), ACTIVATIONS[activation](), nn.Dropout(dropout), nn.Linear(d_ff, d_model))
+        super().__init__(nn.Linear(d_model, d_ff), ACTIVATIONS[activation](), Dropout(dropout), nn.Linear(d_ff, d_model))
 
 
 class ConvModule(nn.Module):
@@ -42,7 +43,7 @@ class ConvModule(nn.Module):
         self.norm = nn.LayerNorm(d_model)
         self.pw2 = nn.Linear(d_model, d_model)
         self.act = nn.SiLU()
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
 
     def forward(self, x: Tensor, frame_mask: Optional[Tensor]) -> Tensor:
         """x: B x T x D; frame_mask: B x T (True = real frame) or None when nothing is padded."""
@@ -62,7 +63,7 @@ class EncoderLayer(nn.Module):
         self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
         if conv_kernel:  # only then: state dicts of plain Transformer layers keep their keys
             self.conv, self.norm_conv = ConvModule(d_model, conv_kernel, dropout), nn.LayerNorm(d_model)
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
         self.norm_first = norm_first
 
     def forward(self, x: Tensor, key_mask: Optional[Tensor], pos: PositionalEncoding, state: PosState, i: int) -> Tensor:

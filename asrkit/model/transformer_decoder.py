@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from asrkit.model.dropout import Dropout
 from asrkit.model.posenc.base import sinusoid
 from asrkit.model.seq2seq import SearchKeys, Seq2SeqDecoder
 
@@ -60,8 +61,8 @@ class DecoderLayer(nn.Module):
         self.q_x = nn.Linear(d, d)
         self.kv_x = nn.Linear(d, 2 * d)
         self.cross_out = nn.Linear(d, d)
-        self.ffn = nn.Sequential(nn.Linear(d, d_ff), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_ff, d))
-        self.drop = nn.Dropout(dropout)
+        self.ffn = nn.Sequential(nn.Linear(d, d_ff), nn.ReLU(), Dropout(dropout), nn.Linear(d_ff, d))
+        self.drop = Dropout(dropout)
         self.rel = nn.Parameter(torch.zeros(n_heads, rel_context + 1)) if rel_context > 0 else None
 
     def _heads(self, x: Tensor) -> Tensor:  # N x L x d -> N x H x L x dh
@@ -119,7 +120,7 @@ class TransformerDecoder(Seq2SeqDecoder):
         self.layers = nn.ModuleList(DecoderLayer(d, o.n_heads, o.d_ff, o.dropout, rel) for _ in range(o.n_layers))
         self.ln_f = nn.LayerNorm(d)
         self.out = nn.Linear(d, vocab_size)
-        self.drop = nn.Dropout(o.dropout)
+        self.drop = Dropout(o.dropout)
         self._drop_gen = torch.Generator()
         self._drop_gen.manual_seed(0)
 
