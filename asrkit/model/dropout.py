@@ -1,8 +1,9 @@
 """Dropout whose CPU mask costs a tenth of PyTorch's.
 
 PyTorch's CPU dropout draws one Bernoulli sample per element (``aten::bernoulli_``, one Mersenne
-Twister call per element): with ``encoder.dropout=0.1`` it was 20 % of a Conformer training step
-on 2 cores, and dropout made the step 1.45x slower (``python -m asrkit.bench dropout``). Here the
+Twister call per element): with ``encoder.dropout=0.1`` it was a fifth of a Conformer training
+step in the profiler, and the step cost 1.58x the step without dropout; with this mask 1.25x
+(``python -m asrkit.bench dropout``, 2 threads, 2-core AMX VM). Here the
 mask comes from 16-bit lanes of 64-bit random words (``torch.randint`` over the whole int64 range,
 one generator call per four elements): an element is kept when its lane is at or above
 ``round(p * 65536)`` of the 65536 values, so the drop probability is ``p`` rounded to 1/65536
