@@ -16,11 +16,10 @@ import argparse
 import random
 import statistics
 import time
-from pathlib import Path
 
 import torch
 
-from asrkit.bench.frontend import DEFAULT_CONFIG
+from asrkit.bench.frontend import add_step_args, step_batch
 
 
 def _step(model, feats, lengths, times, fast: bool) -> float:
@@ -41,13 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     from asrkit.utils import cpu_model
 
     ap = argparse.ArgumentParser(prog="asrkit bench dropout", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--config", type=Path, default=DEFAULT_CONFIG if DEFAULT_CONFIG.exists() else None)
+    add_step_args(ap)
     ap.add_argument("--p", type=float, default=0.1, help="encoder.dropout of the dropout rows")
-    ap.add_argument("--reps", type=int, default=7)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--batch-seconds", type=float, default=100.0)
-    ap.add_argument("--utt-seconds", type=float, default=5.0)
-    ap.add_argument("--out", type=Path, help="also write the table here (Markdown)")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     models = {}
@@ -56,12 +50,8 @@ def main(argv: list[str] | None = None) -> int:
         models[p] = build_model(load_config(a.config, [f"encoder.dropout={p}"]), 32).train()
     rows = {"no dropout": (0.0, True), f"dropout {a.p:g}, asrkit's mask": (a.p, True),
             f"dropout {a.p:g}, PyTorch's bernoulli_": (a.p, False)}
-    cfg = load_config(a.config, [])
-    T = int(round(a.utt_seconds / cfg.features.hop))
-    B = max(1, int(a.batch_seconds // a.utt_seconds))
-    feats = torch.randn(B, T, cfg.features.n_mels)
-    lengths = torch.full((B,), T)
-    times = torch.arange(T).float()[None].expand(B, -1) * cfg.features.hop
+    feats, lengths, times = step_batch(a)
+    B = feats.shape[0]
     for p, fast in rows.values():  # warm-up: kernels loaded, allocator primed
         _step(models[p], feats, lengths, times, fast)
     took = {n: [] for n in rows}

@@ -33,6 +33,28 @@ def _rows(channels: list[int]) -> dict[str, list[str]]:
     return rows
 
 
+def add_step_args(ap: argparse.ArgumentParser) -> None:
+    """The options of a training-step benchmark: model config, rounds, threads, batch, output."""
+    ap.add_argument("--config", type=Path, default=DEFAULT_CONFIG if DEFAULT_CONFIG.exists() else None)
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--batch-seconds", type=float, default=100.0)
+    ap.add_argument("--utt-seconds", type=float, default=5.0)
+    ap.add_argument("--out", type=Path, help="also write the table here (Markdown)")
+
+
+def step_batch(a: argparse.Namespace) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(feats, lengths, times) of a batch of ``a.batch_seconds`` of ``a.utt_seconds`` utterances
+    (random fbank frames of ``a.config``'s features, no padding)."""
+    from asrkit.training.checks import load_config
+
+    fc = load_config(a.config, []).features
+    T = int(round(a.utt_seconds / fc.hop))
+    B = max(1, int(a.batch_seconds // a.utt_seconds))
+    times = torch.arange(T).float()[None].expand(B, -1) * fc.hop
+    return torch.randn(B, T, fc.n_mels), torch.full((B,), T), times
+
+
 def _step(module, *inputs) -> float:
     t0 = time.perf_counter()
     out = module(*inputs)
@@ -46,13 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     from asrkit.utils import cpu_model
 
     ap = argparse.ArgumentParser(prog="asrkit bench frontend", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--config", type=Path, default=DEFAULT_CONFIG if DEFAULT_CONFIG.exists() else None)
+    add_step_args(ap)
     ap.add_argument("--channels", default="32,64", help="conv2d channel counts, comma-separated")
-    ap.add_argument("--reps", type=int, default=7)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--batch-seconds", type=float, default=100.0)
-    ap.add_argument("--utt-seconds", type=float, default=5.0)
-    ap.add_argument("--out", type=Path, help="also write the table here (Markdown)")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     rows = _rows([int(c) for c in a.channels.split(",") if c])
@@ -63,12 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         if name.endswith("default layout"):
             m.encoder.frontend.convs.to(memory_format=torch.contiguous_format)
         models[name] = m
-    cfg = load_config(a.config, [])
-    T = int(round(a.utt_seconds / cfg.features.hop))
-    B = max(1, int(a.batch_seconds // a.utt_seconds))
-    feats = torch.randn(B, T, cfg.features.n_mels)
-    lengths = torch.full((B,), T)
-    times = torch.arange(T).float()[None].expand(B, -1) * cfg.features.hop
+    feats, lengths, times = step_batch(a)
+    B = feats.shape[0]
     for m in models.values():  # warm-up: kernels loaded, allocator primed
         _step(m.encode, feats, lengths, times)
         _step(m.encoder.frontend, feats, lengths, times)
