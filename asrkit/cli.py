@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "score": ("asrkit.scoring", "score hypotheses: sclite-style summary, WER per duration bin"),
     "report": ("asrkit.reports.report", "write RESULTS.md for an experiment dir"),
     "compare": ("asrkit.reports.compare", "compare experiments: Markdown table and PNG plots"),
+    "tune": ("asrkit.reports.tune", "choose decoding weights (LM weight, blank penalty...) on a development set"),
     "curve": ("asrkit.reports.curve", "WER against training steps: decode every kept checkpoint, table + PNG"),
     "average": ("asrkit.training.average", "average the last or best N checkpoints"),
     "lm": ("asrkit.decode.lm", "train an n-gram LM / build a decoding graph"),

@@ -160,13 +160,22 @@ class Decoder:
         self.method = DECODE_METHODS[cfg.decode.method](model, cfg, tokenizer)
 
     @torch.no_grad()
-    def decode(self, batch: dict) -> tuple[EncoderOutput, list[str]]:
-        """The encoder output (for alignments, analyses) and the hypothesis texts."""
+    def encode(self, batch: dict) -> EncoderOutput:
+        """The encoder output of a batch (an utterance too short for the model is named)."""
         try:
-            enc = self.model.encode(batch["feats"], batch["feat_lens"], batch["times"])
+            return self.model.encode(batch["feats"], batch["feat_lens"], batch["times"])
         except NoFramesError as e:
             raise e.naming(batch["ids"]) from None
-        return enc, self.method(with_blank_penalty(enc, self.cfg.decode.blank_penalty))
+
+    def search(self, enc: EncoderOutput) -> list[str]:
+        """The hypothesis texts of an encoder output (``decode.blank_penalty`` applied first)."""
+        return self.method(with_blank_penalty(enc, self.cfg.decode.blank_penalty))
+
+    @torch.no_grad()
+    def decode(self, batch: dict) -> tuple[EncoderOutput, list[str]]:
+        """The encoder output (for alignments, analyses) and the hypothesis texts."""
+        enc = self.encode(batch)
+        return enc, self.search(enc)
 
     def __call__(self, batch: dict) -> list[str]:
         return self.decode(batch)[1]

@@ -163,7 +163,8 @@ def decode_set(model, cfg, tok, cuts, out_dir: Path, set_name: str, hop: float, 
     info = {"set": set_name, "decoder": cfg.decode.method, "beam": cfg.decode.beam, "hop": hop,
             "batch_size": cfg.decode.batch_size, "nj": nj, "utterances": len(results), "audio_seconds": audio_s,
             "wall_seconds": wall, "rtf": wall / max(audio_s, 1e-9), "model_rtf": t_model / max(audio_s, 1e-9),
-            "threads": torch.get_num_threads(), "lm": cfg.decode.lm or None, **cost}
+            "threads": torch.get_num_threads(), "lm": cfg.decode.lm or None, "lm_weight": cfg.decode.lm_weight,
+            "blank_penalty": cfg.decode.blank_penalty, "word_bonus": cfg.decode.word_bonus, **cost}
     with atomic_write(out_dir / "decode_info.json") as f:
         json.dump(info, f, indent=1)
     return info

@@ -138,6 +138,10 @@ def format_results_md(exp_dir: Union[str, Path]) -> str:
     if cfg.is_file():
         out += [f"- config: `{cfg}`"]
     out += [f"- experiment dir: `{exp_dir}`"]
+    for tuned in sorted(exp_dir.glob("tune_*/tune.json")):  # asrkit tune's choice, used by the decodes
+        t = json.loads(tuned.read_text())
+        out += [f"- decoding weights chosen on {t['set']} (`asrkit tune`, {len(t['points'])} points, "
+                f"`{tuned.parent / 'tune.md'}`): `{t['best_args']}`"]
     out += [
         "- WER in % [95 % bootstrap interval over utterances]; duration-bin cells are "
         "`WER [interval] (number of utterances)`; lower bin edge inclusive (a 10.0 s utterance is "

@@ -43,6 +43,9 @@ train_args=        # key=value overrides for training
 expdir=
 tag=               # experiment name (default: config file name)
 decode_args=       # decode.* overrides
+tune_grid=         # decode.KEY=V1,V2,... items: stage 5 first chooses these decoding weights on --dev_set
+                   # (asrkit tune: every combination; exp/<tag>/tune_<dev_set>/), then decodes the test sets with
+                   # the best, e.g. --tune_grid "decode.lm_weight=0.5,1.0,1.5 decode.blank_penalty=0,1"
 checkpoint=last    # last | best | avg
 average_num=0      # >0: average the last/best N epoch checkpoints before decoding (needs train.keep_last >= N)
 average_by=best    # last | best (dev WER)
@@ -53,7 +56,7 @@ num_nodes=1        # >1: multi-node through cmd.sh's backend
 nj=2
 force=false        # true: rerun stages even if their .done marker exists
 
-__asrkit_opts="stage stop_stage corpus corpus_dir corpus_name score_norm train_sets aux_train_sets dev_set test_sets longform_sets prepare_args on_bad feats manifest_dir shar_dir token_type nbpe lexicon token_fold train_config train_args expdir tag decode_args checkpoint average_num average_by lm_order lm_text ngpu num_nodes nj force"
+__asrkit_opts="stage stop_stage corpus corpus_dir corpus_name score_norm train_sets aux_train_sets dev_set test_sets longform_sets prepare_args on_bad feats manifest_dir shar_dir token_type nbpe lexicon token_fold train_config train_args expdir tag decode_args tune_grid checkpoint average_num average_by lm_order lm_text ngpu num_nodes nj force"
 __asrkit_append_opts="prepare_args"
 # how to rerun this recipe from its directory, for the remedies that error messages print
 # (run.sh exports its own command line; called directly, this script's)
@@ -78,6 +81,7 @@ for v in corpus corpus_dir train_sets test_sets train_config; do
     [ -n "${!v}" ] || { echo "$0: --${v} is required" >&2; exit 2; }
 done
 [ -f "$train_config" ] || { echo "$0: --train_config $train_config does not exist" >&2; exit 2; }
+[ -z "$tune_grid" ] || [ -n "$dev_set" ] || { echo "$0: --tune_grid needs --dev_set: decoding weights are chosen on a development set, never on a test set" >&2; exit 2; }
 [ -f path.sh ] && . ./path.sh
 [ -f cmd.sh ] && . ./cmd.sh
 : "${train_cmd:=}"
@@ -196,8 +200,15 @@ if run_stage 5 "$expdir/.done" "decode"; then
         asrkit average --exp-dir "$expdir" --num "$average_num" --by "$average_by"
         checkpoint=avg
     fi
+    tuned=""
+    if [ -n "$tune_grid" ]; then
+        # shellcheck disable=SC2086
+        asrkit tune --exp-dir "$expdir" --set "$dev_set" --checkpoint "$checkpoint" $decode_args --grid $tune_grid
+        tuned=$(cat "$expdir/tune_$dev_set/best.args")
+        log "decoding with the weights chosen on $dev_set: $tuned"
+    fi
     # shellcheck disable=SC2086
-    asrkit decode --exp-dir "$expdir" --sets $decode_sets --checkpoint "$checkpoint" --nj "$nj" --no-score $decode_args
+    asrkit decode --exp-dir "$expdir" --sets $decode_sets --checkpoint "$checkpoint" --nj "$nj" --no-score $decode_args $tuned
     finish_stage 5 "$expdir/.done"
 fi
 
