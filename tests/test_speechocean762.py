@@ -111,13 +111,13 @@ def test_all_stages(recipe):
     assert (recipe / "RESULTS.md").is_file()
     # the LM weight and blank penalty chosen on dev (stage 5, asrkit tune) are the ones the test sets used
     tuned = json.loads((exp / "tune_dev" / "tune.json").read_text())
-    assert tuned["set"] == "dev" and len(tuned["points"]) == 12 and tuned["points"][0]["words"] > 0
+    assert tuned["set"] == "dev" and len(tuned["points"]) == 30 and tuned["points"][0]["words"] > 0
     best = dict(tuned["points"][tuned["best"]]["values"])
     assert (exp / "tune_dev" / "best.args").read_text().split() == [f"{k}={v}" for k, v in best.items()]
     for s in ("test", "test_longform", "test_session"):
         info = json.loads((exp / f"decode_{s}" / "decode_info.json").read_text())
         assert (info["lm_weight"], info["blank_penalty"]) == (best["decode.lm_weight"], best["decode.blank_penalty"])
-    assert f"decoding weights chosen on dev (`asrkit tune`, 12 points" in (exp / "RESULTS.md").read_text()
+    assert "decoding weights chosen on dev (`asrkit tune`, 30 points" in (exp / "RESULTS.md").read_text()
     # rerun: every stage skipped
     p = run(recipe, "--train_config", "conf/train_smoke.yaml", "--nj", "1")
     assert p.returncode == 0 and p.stdout.count("skipping") == 6, p.all[-3000:]

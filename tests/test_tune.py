@@ -93,3 +93,16 @@ def test_bad_point_or_clash_fails_before_decoding(exp, capsys):
     rc = tune.main(["--exp-dir", str(exp), "--set", "nosuch", "--out", str(out), "--grid", "decode.beam=1,2"])
     assert rc == 2 and not out.exists()
     assert "set 'nosuch' has no cuts manifest" in capsys.readouterr().err
+
+
+def test_decode_info_and_package_table_name_the_weights(exp):
+    """decode_info.json records the search weights, and a package's README command repeats them."""
+    from asrkit.inference.package import _wer_table
+
+    assert decode_run.main(["--exp-dir", str(exp), "--sets", "dev", "--suffix", "bp", "decode.method=prefix_beam",
+                            "decode.blank_penalty=2.5", "decode.beam=3"]) == 0
+    info = json.loads((exp / "decode_dev_bp" / "decode_info.json").read_text())
+    assert (info["lm_weight"], info["blank_penalty"], info["word_bonus"]) == (0.5, 2.5, 0.0)
+    row = next(r for r in _wer_table(exp) if r.startswith("| dev_bp |"))
+    assert "decode.blank_penalty=2.5" in row and "decode.beam=3" in row
+    assert "lm_weight" not in row and "word_bonus" not in row  # no LM, no bonus: nothing to repeat

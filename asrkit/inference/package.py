@@ -113,12 +113,15 @@ def _wer_table(exp_dir: Path) -> list[str]:
                 cmd.append(f"decode.beam={info['beam']}")
         if info.get("lm"):
             cmd.append(f"decode.lm={info['lm']}")
+        for key in ("lm_weight", "blank_penalty", "word_bonus"):  # recorded since asrkit tune (2026-11-27)
+            if info.get(key) is not None and (info.get("lm") if key == "lm_weight" else info[key]):
+                cmd.append(f"decode.{key}={info[key]}")
         wer = "-" if w.get("wer") is None else f"{w['wer']:.2f}"
         rows.append(f"| {d.name[len('decode_'):]} | {method or '?'} | {wer} | {w.get('snt')} | {w.get('wrd')} | "
                     f"`{shlex.join(cmd)}` |")
     if not rows:
         return ["(no scored decoding in the experiment directory)"]
-    return ["| set | decoder | WER % | utterances | words | command (LM weight and checkpoint are not recorded) |",
+    return ["| set | decoder | WER % | utterances | words | command (the checkpoint is not recorded) |",
             "|---|---|---:|---:|---:|---|", *rows]
 
 

@@ -97,7 +97,7 @@ recipe=(
     --token_type letters --lm_order 3
     --train_config conf/train_conformer.yaml
     --decode_args "decode.method=wfst decode.lm=data/lm/graph_${tokens}_3gram"
-    --tune_grid "decode.lm_weight=0.5,1.0,1.5,2.0 decode.blank_penalty=0,1,2"
+    --tune_grid "decode.lm_weight=0.5,0.8,1.0,1.2,1.5,2.0 decode.blank_penalty=0,0.5,1.0,1.5,2.0"
 )
 if [ "$token_type" = phones ] && [ -z "$(opt_last lexicon "" ${args[@]+"${args[@]}"})" ]; then
     lex=$corpus_dir/resource/lexicon.txt; [ -f "$lex" ] || lex=$corpus_dir/speechocean762/resource/lexicon.txt
