@@ -55,6 +55,17 @@ def test_each_point_equals_asrkit_decode(exp, capsys):
     assert "best: decode.blank_penalty=" in capsys.readouterr().out
 
 
+def test_processes_share_the_grid_with_the_same_result(exp):
+    """--nj 2: the points shared among two processes give the same table as one process."""
+    one, two = exp / "tune_nj1", exp / "tune_nj2"
+    grid = ["decode.blank_penalty=0,3,8", "decode.beam=1,4"]
+    for out, nj in ((one, "1"), (two, "2")):
+        assert tune.main(["--exp-dir", str(exp), "--set", "dev", "--out", str(out), "--nj", nj,
+                          "decode.method=prefix_beam", "--grid", *grid]) == 0
+    a, b = (json.loads((d / "tune.json").read_text()) for d in (one, two))
+    assert a["points"] == b["points"] and a["best"] == b["best"]
+
+
 def test_ties_go_to_the_earlier_point():
     pts = [{"errors": 5}, {"errors": 3}, {"errors": 3}, {"errors": 4}]
     assert tune.best_index(pts) == 1

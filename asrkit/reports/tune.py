@@ -30,6 +30,7 @@ import itertools
 import json
 import logging
 import sys
+import time
 from pathlib import Path
 from typing import Any, Optional
 
@@ -114,6 +115,37 @@ def score_point(decoder, encoded: list[tuple[Any, dict]], normalizer: str) -> di
     return {"wer": o.wer, "errors": o.err, "words": o.wrd, "sub": o.sub, "del": o.dele, "ins": o.ins}
 
 
+def _score_points(args) -> list[dict]:
+    """Worker: score some grid points (``(model, tokenizer, [(index, config)], encoded, normalizer, threads)``)."""
+    import torch
+
+    from asrkit.decode.methods import Decoder
+
+    model, tok, todo, encoded, norm, threads = args
+    torch.set_num_threads(threads)
+    return [dict(score_point(Decoder(model, c, tok), encoded, norm), index=i) for i, c in todo]
+
+
+def score_grid(model, tok, cfgs: list, encoded: list, norm: str, nj: int = 1) -> list[dict]:
+    """Score every grid point's config; with ``nj > 1`` the points are shared among ``nj`` processes
+    (each with cores / nj threads). Results in grid order, the same for any ``nj``."""
+    import torch
+    from tqdm import tqdm
+
+    todo = list(enumerate(cfgs))
+    nj = max(1, min(nj, len(todo)))
+    if nj == 1:
+        return [_score_points((model, tok, [t], encoded, norm, torch.get_num_threads()))[0]
+                for t in tqdm(todo, desc="grid", dynamic_ncols=True)]
+    import multiprocessing as mp
+
+    threads = max(1, torch.get_num_threads() // nj)
+    jobs = [(model, tok, todo[j::nj], encoded, norm, threads) for j in range(nj)]
+    with mp.get_context("spawn").Pool(nj) as pool:
+        parts = pool.map(_score_points, jobs)
+    return sorted((r for part in parts for r in part), key=lambda r: r["index"])
+
+
 def format_md(doc: dict) -> str:
     from asrkit.reports.report import md_table
 
@@ -175,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--raw-weights", action="store_true", help="the trained weights, not their moving average")
     p.add_argument("--norm", default=None, help="scoring normalizer (default: the corpus's, as asrkit decode)")
     p.add_argument("--out", type=Path, default=None, help="output dir (default: EXP/tune_<set>)")
+    p.add_argument("--nj", type=int, default=1, help="processes sharing the grid points (each gets cores / nj threads)")
     p.add_argument("overrides", nargs="*", help="fixed decode.* overrides, e.g. decode.method=wfst decode.lm=DIR, "
                    "before --grid (after it, an item of one value is a grid of one point: the same, but in best.args)")
     args = p.parse_args(argv)
@@ -208,8 +241,6 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"asrkit tune: error: {missing}", file=sys.stderr)
         return 2
-    from tqdm import tqdm
-
     from asrkit.data.manifests import load_cuts
     from asrkit.model.asr import NoFramesError
     from asrkit.textnorm import corpus_normalizer
@@ -221,11 +252,13 @@ def main(argv: list[str] | None = None) -> int:
     except NoFramesError as e:
         print(f"asrkit tune: error: {args.set}: {e}", file=sys.stderr)
         return 1
+    t0 = time.perf_counter()
     results = []
-    for point, pcfg in zip(tqdm(points, desc="grid", dynamic_ncols=True), cfgs):
-        r = score_point(Decoder(model, pcfg, tok), encoded, norm)
+    for point, r in zip(points, score_grid(model, tok, cfgs, encoded, norm, args.nj)):
+        r.pop("index")
         results.append({"values": [[k, v] for k, v in point], **r})
         logger.info("%s: WER %.2f %%", fmt_args(point), r["wer"])
+    logger.info("%d grid points searched in %.1f s (%d processes)", len(points), time.perf_counter() - t0, args.nj)
     best = best_index(results)
     cmd = " ".join(["asrkit tune --exp-dir", str(args.exp_dir), "--set", args.set, "--checkpoint", args.checkpoint,
                     *args.overrides, "--grid", *args.grid])

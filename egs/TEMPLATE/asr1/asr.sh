@@ -203,7 +203,7 @@ if run_stage 5 "$expdir/.done" "decode"; then
     tuned=""
     if [ -n "$tune_grid" ]; then
         # shellcheck disable=SC2086
-        asrkit tune --exp-dir "$expdir" --set "$dev_set" --checkpoint "$checkpoint" $decode_args --grid $tune_grid
+        asrkit tune --exp-dir "$expdir" --set "$dev_set" --checkpoint "$checkpoint" --nj "$nj" $decode_args --grid $tune_grid
         tuned=$(cat "$expdir/tune_$dev_set/best.args")
         log "decoding with the weights chosen on $dev_set: $tuned"
     fi
