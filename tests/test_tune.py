@@ -101,6 +101,11 @@ def test_bad_point_or_clash_fails_before_decoding(exp, capsys):
     rc = tune.main(["--exp-dir", str(exp), "--set", "dev", "--out", str(out), "decode.beam=2", "--grid", "decode.beam=1,2"])
     assert rc == 2 and not out.exists()
     assert "decode.beam is both a fixed override and a --grid key" in capsys.readouterr().err
+    rc = tune.main(["--exp-dir", str(exp), "--set", "dev", "--out", str(out), "decode.method=prefix_beam",
+                    "--grid", f"decode.lm={exp / 'no.arpa'}", "decode.beam=1,2"])
+    assert rc == 2 and not out.exists()
+    assert f"grid point decode.lm={exp / 'no.arpa'} decode.beam=1: decode.lm={exp / 'no.arpa'} does not exist" in \
+        capsys.readouterr().err
     rc = tune.main(["--exp-dir", str(exp), "--set", "nosuch", "--out", str(out), "--grid", "decode.beam=1,2"])
     assert rc == 2 and not out.exists()
     assert "set 'nosuch' has no cuts manifest" in capsys.readouterr().err

@@ -229,9 +229,13 @@ def main(argv: list[str] | None = None) -> int:
         cfgs = []
         for point in points:  # every point's config is checked before anything is decoded
             try:
-                cfgs.append(check_decode_config(with_overrides(cfg, point)))
+                c = check_decode_config(with_overrides(cfg, point))
+                if c.decode.lm and not Path(c.decode.lm).exists():
+                    raise ConfigError(f"decode.lm={c.decode.lm} does not exist (an ARPA file for prefix_beam, a graph "
+                                      "dir of `asrkit lm graph` for wfst)")
             except ConfigError as e:
                 raise ConfigError(f"grid point {fmt_args(point)}: {e}") from None
+            cfgs.append(c)
         if cfg.decode.batch_size != 1:
             raise ConfigError(f"decode.batch_size={cfg.decode.batch_size}: asrkit tune encodes one utterance at a time")
     except (ConfigError, FileNotFoundError, ValueError) as e:
