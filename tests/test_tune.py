@@ -122,3 +122,18 @@ def test_decode_info_and_package_table_name_the_weights(exp):
     row = next(r for r in _wer_table(exp) if r.startswith("| dev_bp |"))
     assert "decode.blank_penalty=2.5" in row and "decode.beam=3" in row
     assert "lm_weight" not in row and "word_bonus" not in row  # no LM, no bonus: nothing to repeat
+
+
+def test_recipe_refuses_a_tune_grid_without_a_dev_set(tmp_path):
+    """asr.sh --tune_grid without --dev_set: one line before any stage runs (weights are never tuned on a test set)."""
+    import subprocess
+
+    repo = Path(__file__).resolve().parents[1]
+    conf = tmp_path / "train.yaml"
+    conf.write_text("{}\n")
+    p = subprocess.run(["bash", str(repo / "egs" / "TEMPLATE" / "asr1" / "asr.sh"), "--corpus", "kaldi",
+                        "--corpus_dir", str(tmp_path), "--train_sets", "train", "--test_sets", "test",
+                        "--train_config", str(conf), "--tune_grid", "decode.lm_weight=0.5,1"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "--tune_grid needs --dev_set" in p.stderr, p.stderr
+    assert not (tmp_path / "data").exists()
