@@ -3,7 +3,8 @@ project's CI machines have no GPU; a session lent one runs ``pytest -m gpu``).
 
 * mixed precision on CUDA: a few training steps under bf16 and fp16 autocast (fp16 with its
   gradient scaler) stay finite, and ``train.amp=auto`` resolves to what the device supports;
-* the tiny model's forward on CUDA equals its CPU forward (float32; tolerance of TF32-free math);
+* the tiny model's forward on CUDA equals its CPU forward (float32; tolerance of TF32-free math),
+  also with the speechocean762 default's layers (Conformer convolution module, 2-D conv frontend);
 * relpos on CUDA: the compiled kernel is CPU-only, so CUDA takes the PyTorch path, and gives the
   CPU kernel's output;
 * an NCCL process group of one GPU: DDP wraps the model, a collective runs.
@@ -35,14 +36,21 @@ def _cfg(corpus, **kw):
     return load_config(H.TINY, H.overrides(corpus, **kw))
 
 
-@pytest.mark.parametrize("amp", ["bf16", "fp16", "auto"])
-def test_cuda_training_steps_under_autocast(corpus, tmp_path, amp):
-    exp = tmp_path / f"exp_{amp}"
+# the speechocean762 recipe's default layers (egs/speechocean762/asr1/conf/train_conformer.yaml)
+CONFORMER = {"encoder__conv_kernel": 15, "frontend__type": "conv2d", "frontend__kernel": 3, "frontend__stride": 4,
+             "frontend__channels": 8, "encoder__pos_enc": "alibi"}
+
+
+@pytest.mark.parametrize("amp,layers", [("bf16", "tiny"), ("fp16", "tiny"), ("auto", "tiny"),
+                                        ("bf16", "conformer"), ("fp16", "conformer")])
+def test_cuda_training_steps_under_autocast(corpus, tmp_path, amp, layers):
+    exp = tmp_path / f"exp_{amp}_{layers}"
+    extra = CONFORMER if layers == "conformer" else {}
     # fp16's gradient scaler starts at 2**16 and skips the first steps whose gradients overflow
     # (calibration, counted in fp16_overflow_steps): one epoch of the tiny corpus made 2 of its 4
     # batches into steps on an H100 (2026-11-26), so the budget is steps over as many epochs as needed
     r = H.run_subprocess(exp, H.overrides(corpus, train__device="cuda", train__amp=amp, train__max_steps=4,
-                                          train__max_epochs=50), timeout=300)
+                                          train__max_epochs=50, **extra), timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     info = json.loads((exp / "train_info.json").read_text())
     assert info["steps"] == 4 and info["bad_steps"] == 0
@@ -55,13 +63,13 @@ def test_cuda_training_steps_under_autocast(corpus, tmp_path, amp):
         assert info["amp"] == amp
 
 
-@pytest.mark.parametrize("pos_enc", ["relpos", "alibi", "cpe", "rope"])
+@pytest.mark.parametrize("pos_enc", ["relpos", "alibi", "cpe", "rope", "conformer"])
 def test_cuda_forward_equals_cpu(corpus, pos_enc):
     from asrkit.model import build_model
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    cfg = _cfg(corpus, encoder__pos_enc=pos_enc)
+    cfg = _cfg(corpus, **(CONFORMER if pos_enc == "conformer" else {"encoder__pos_enc": pos_enc}))
     torch.manual_seed(0)
     model = build_model(cfg, 30).eval()
     lens = torch.tensor([120, 97, 64])
