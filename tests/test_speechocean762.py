@@ -342,3 +342,37 @@ def test_synth_hours_mixes_synthetic_speech_of_the_training_text(recipe):
 
     with pytest.raises(ValueError, match="--synth-hours H"):
         prepare(FIX, recipe / "data" / "manifests", parts=["train_synth"])
+
+
+def test_subset_of_training_speakers_trains_on_that_subset_alone(recipe):
+    """``local/subset_train.py`` (the learning curve of docs/results/speechocean762.md): every
+    KEEP-th training speaker, children and adults taken apart; the new part's manifest and stored
+    features are the selected speakers' cuts of ``train`` with the same features, and stage 4 with
+    ``--train_sets`` trains on them alone."""
+    env = dict(os.environ, SPEECHOCEAN762=str(FIX))
+    p = subprocess.run([sys.executable, "local/subset_train.py", "--keep", "2", "--name", "train_half"], cwd=recipe,
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    train = read_jsonl(recipe / "data" / "manifests" / "speechocean762_cuts_train.jsonl.gz")
+    speakers = sorted({c["supervisions"][0]["speaker"] for c in train})
+    ages = table(FIX / "train" / "spk2age")
+    kids = [s for s in speakers if int(ages[s]) < 18]
+    adults = [s for s in speakers if int(ages[s]) >= 18]
+    keep = set(kids[::2]) | set(adults[::2])
+    assert 0 < len(keep) < len(speakers)
+    want = [c for c in train if c["supervisions"][0]["speaker"] in keep]
+    half = read_jsonl(recipe / "data" / "manifests" / "speechocean762_cuts_train_half.jsonl.gz")
+    assert half == want
+    assert f"train_half: {len(keep)} of {len(speakers)} speakers" in p.stdout
+    store = next((recipe / "data" / "fbank").iterdir())
+    stored = {c["id"]: c["features"] for c in read_jsonl(store / "speechocean762_cuts_train.jsonl.gz")}
+    stored_half = read_jsonl(store / "speechocean762_cuts_train_half.jsonl.gz")
+    assert [c["id"] for c in stored_half] == [c["id"] for c in want]
+    assert all(c["features"] == stored[c["id"]] for c in stored_half)
+    p = run(recipe, "--train_config", "conf/train_smoke.yaml", "--nj", "1", "--stage", "4", "--stop_stage", "4",
+            "--tag", "half", "--train_sets", "train_half", "--train_args", "train.max_steps=2")
+    assert p.returncode == 0, p.all[-3000:]
+    cfg = yaml.safe_load((recipe / "exp" / "half" / "config.yaml").read_text())
+    assert cfg["data"]["train_sets"] == ["train_half"]
+    info = json.loads((recipe / "exp" / "half" / "train_info.json").read_text())
+    assert info["outside_alphabet"]["of"] == len(want) < len(train)  # the utterances it trained on
