@@ -147,3 +147,44 @@ def test_pos_compare_attention_suffixes_and_threads_per_job(recipe):
     share = str(max(1, cores // 2))
     assert all(f"train.threads={share}" in a for a in args.values())
     assert {c["omp"] for c in train.values()} == {share}
+
+
+STUB_RUN = r"""#!/usr/bin/env bash
+python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "$@" >> "$CALLS"
+"""
+
+
+@pytest.mark.parametrize("opts, prefix, config", [([], "pos", "conf/train.yaml"),
+                                                  (["--train_config", "conf/train_conformer.yaml", "--prefix", "posc"],
+                                                   "posc", "conf/train_conformer.yaml")])
+def test_speechocean762_pos_compare_config_and_prefix(tmp_path, opts, prefix, config):
+    """egs/speechocean762's run_pos_compare.sh: every model is trained with --train_config
+    (default the Transformer, conf/train.yaml) under exp/<prefix>_<encoding>_seed<N>, and the
+    comparison takes <prefix>_<baseline> as its baseline. Stand-ins for run.sh and asrkit record
+    their arguments."""
+    rec = tmp_path / "egs" / "speechocean762" / "asr1"
+    rec.mkdir(parents=True)
+    shutil.copy(ROOT / "egs" / "speechocean762" / "asr1" / "run_pos_compare.sh", rec)
+    (rec / "path.sh").write_text("")
+    (rec / "run.sh").write_text(STUB_RUN)
+    (rec / "run.sh").chmod(0o755)
+    tpl = tmp_path / "egs" / "TEMPLATE" / "asr1" / "utils"
+    tpl.mkdir(parents=True)
+    for name in ("parse_options.sh", "seeds.sh", "budget.sh", "parallel.sh"):
+        shutil.copy(ROOT / "egs" / "TEMPLATE" / "asr1" / "utils" / name, tpl / name)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "asrkit").write_text("#!/usr/bin/env bash\n" + STUB_RUN.split("\n", 1)[1])
+    (bin_dir / "asrkit").chmod(0o755)
+    calls = rec / "calls.jsonl"
+    p = subprocess.run(["bash", "run_pos_compare.sh", "--encodings", "nopos alibi", "--seeds", "1", "--steps", "7",
+                        "--parallel", "1", "--baselines", "nopos", *opts], cwd=rec, capture_output=True, text=True,
+                       timeout=60, env={"PATH": f"{bin_dir}:/usr/bin:/bin", "CALLS": str(calls)})
+    assert p.returncode == 0, p.stderr
+    got = [json.loads(x) for x in calls.read_text().splitlines()]
+    train = [c for c in got if c[:2] == ["--stage", "4"]]
+    assert [c[c.index("--tag") + 1] for c in train] == [f"{prefix}_nopos_seed1", f"{prefix}_alibi_seed1"]
+    assert all(c[c.index("--train_config") + 1] == config for c in train)
+    compare = next(c for c in got if c[:1] == ["compare"])
+    assert compare[1:3] == [f"exp/{prefix}_nopos_seed1", f"exp/{prefix}_alibi_seed1"]
+    assert compare[compare.index("--baseline") + 1] == f"{prefix}_nopos"

@@ -9,7 +9,11 @@
 # Writes exp/pos_compare/{compare.md,compare.json,wer_vs_duration.png}.
 #   ./run_pos_compare.sh [--encodings "nopos sinpos cape cpe relpos rope alibi"] [--seeds "1 2 3"]
 #                        [--steps 1000] [--parallel 2] [--test_sets "test test_longform"]
-# Experiments: exp/pos_<encoding>_seed<N>; a finished model is skipped on a rerun, an interrupted
+#                        [--train_config conf/train.yaml] [--prefix pos]
+# --train_config: the model of every run (e.g. conf/train_conformer.yaml, the recipe's default:
+# Conformer layers); --prefix: the experiments' name prefix, so that studies of two configs
+# live side by side.
+# Experiments: exp/<prefix>_<encoding>_seed<N>; a finished model is skipped on a rerun, an interrupted
 # one resumes; one trained with another --steps is refused (utils/budget.sh). NAME+cape trains NAME
 # with CAPE's augmentation of the frame times (encoder.pos.augment=cape).
 # Results of the 2026-11-26 run: docs/results/speechocean762_pos_study.md.
@@ -23,7 +27,9 @@ parallel=2
 test_sets="test test_longform"
 extra_args=
 out=exp/pos_compare
-__asrkit_opts="encodings seeds steps baselines parallel test_sets extra_args out"
+train_config=conf/train.yaml
+prefix=pos
+__asrkit_opts="encodings seeds steps baselines parallel test_sets extra_args out train_config prefix"
 . ../../TEMPLATE/asr1/utils/seeds.sh
 seeds_join "$@"; set -- "${__args[@]}"
 . ../../TEMPLATE/asr1/utils/parse_options.sh
@@ -33,7 +39,7 @@ for s in $seeds; do [[ "$s" =~ ^[0-9]+$ ]] || { echo "$0: --seeds: '$s' is not a
 [[ "$steps" =~ ^[1-9][0-9]*$ ]] || { echo "$0: --steps must be a positive integer, got '$steps'" >&2; exit 2; }
 [[ "$parallel" =~ ^[1-9][0-9]*$ ]] || { echo "$0: --parallel must be a positive integer, got '$parallel'" >&2; exit 2; }
 
-dirs=(); for enc in $encodings; do for seed in $seeds; do dirs+=("exp/pos_${enc}_seed${seed}"); done; done
+dirs=(); for enc in $encodings; do for seed in $seeds; do dirs+=("exp/${prefix}_${enc}_seed${seed}"); done; done
 . ../../TEMPLATE/asr1/utils/budget.sh
 budget_check "$steps" "${dirs[@]}"
 
@@ -41,11 +47,11 @@ budget_check "$steps" "${dirs[@]}"
 . ./path.sh
 
 train_one() {
-    local enc=$1 seed=$2 threads=$3 tag=pos_${1}_seed${2} args
+    local enc=$1 seed=$2 threads=$3 tag=${prefix}_${1}_seed${2} args
     args="encoder.pos_enc=${enc%%+*} train.max_steps=$steps train.threads=$threads train.seed=$seed"
     case "$enc" in *+cape) args="$args encoder.pos.augment=cape" ;; esac
     export OMP_NUM_THREADS=$threads  # decoding: each of the parallel jobs gets its share of the cores
-    { ./run.sh --stage 4 --stop_stage 5 --tag "$tag" --nj 1 --test_sets "$test_sets" --train_config conf/train.yaml \
+    { ./run.sh --stage 4 --stop_stage 5 --tag "$tag" --nj 1 --test_sets "$test_sets" --train_config "$train_config" \
         --train_args "$args $extra_args" && asrkit report "exp/$tag" --score; } \
         > "exp/$tag.log" 2>&1 || { echo "$tag failed: see exp/$tag.log" >&2; return 1; }
     echo "$(date '+%F %T') $tag: done"
@@ -55,9 +61,9 @@ threads=$(( $(nproc) / parallel )); [ "$threads" -ge 1 ] || threads=1
 one() { train_one "${1%:*}" "${1##*:}" "$threads"; }  # one ENC:SEED
 items=(); for enc in $encodings; do for seed in $seeds; do items+=("$enc:$seed"); done; done
 . ../../TEMPLATE/asr1/utils/parallel.sh
-parallel_each "$parallel" one "${items[@]}" || { echo "$0: some models failed (see exp/pos_*.log)" >&2; exit 1; }
+parallel_each "$parallel" one "${items[@]}" || { echo "$0: some models failed (see exp/${prefix}_*.log)" >&2; exit 1; }
 
 base=()
-for b in $baselines; do case " $encodings " in *" $b "*) base+=("pos_$b") ;; esac; done
+for b in $baselines; do case " $encodings " in *" $b "*) base+=("${prefix}_$b") ;; esac; done
 asrkit compare "${dirs[@]}" --out "$out" ${base:+--baseline "$(IFS=,; echo "${base[*]}")"} > /dev/null
 echo "tables: $out/compare.md; every figure: $out/compare.json"
