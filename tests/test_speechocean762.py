@@ -376,3 +376,19 @@ def test_subset_of_training_speakers_trains_on_that_subset_alone(recipe):
     assert cfg["data"]["train_sets"] == ["train_half"]
     info = json.loads((recipe / "exp" / "half" / "train_info.json").read_text())
     assert info["outside_alphabet"]["of"] == len(want) < len(train)  # the utterances it trained on
+
+
+def test_plot_learning_curve_fits_a_power_law(tmp_path):
+    """``local/plot_learning_curve.py`` on a compare.json whose WERs follow WER = 80 * hours^-0.2
+    exactly: the fit gives b = -0.200 and 30 % at (30 / 80)^(1 / -0.2) = 134 h; the PNG is written."""
+    hours = {"q": 0.5, "h": 1.0, "f": 2.0}
+    rows = {k: {"all": {"wer": 80 * h ** -0.2, "low": 80 * h ** -0.2 - 2, "high": 80 * h ** -0.2 + 2}}
+            for k, h in hours.items()}
+    (tmp_path / "compare.json").write_text(json.dumps({"tables": [{"name": "test", "rows": rows}]}))
+    out = tmp_path / "curve.png"
+    p = subprocess.run([sys.executable, str(RECIPE / "local" / "plot_learning_curve.py"), "--compare",
+                        str(tmp_path / "compare.json"), "--hours", *(f"{k}={h}" for k, h in hours.items()),
+                        "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert f"| test | {80 * 0.5 ** -0.2:.2f} | 80.00 | {80 * 2 ** -0.2:.2f} | b = -0.200 | {(30 / 80) ** -5:.0f} |" in p.stdout
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
