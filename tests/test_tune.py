@@ -111,6 +111,18 @@ def test_bad_point_or_clash_fails_before_decoding(exp, capsys):
     assert "set 'nosuch' has no cuts manifest" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("method", ["prefix_beam", "wfst"])
+def test_decode_with_a_missing_lm_is_one_line_before_decoding(exp, capsys, method):
+    """`asrkit decode` (and `asrkit curve`, which runs it) checks decode.lm as tune does: one line
+    naming it, exit 2, no decode dir (the decoder would fail only once built, with a traceback)."""
+    missing = exp / "no_lm"
+    rc = decode_run.main(["--exp-dir", str(exp), "--sets", "dev", "--suffix", "nolm", f"decode.method={method}",
+                          f"decode.lm={missing}"])
+    err = capsys.readouterr().err
+    assert rc == 2 and not (exp / "decode_dev_nolm").exists()
+    assert f"asrkit decode: error: decode.lm={missing} does not exist" in err and "Traceback" not in err
+
+
 def test_decode_info_and_package_table_name_the_weights(exp):
     """decode_info.json records the search weights, and a package's README command repeats them."""
     from asrkit.inference.package import _wer_table

@@ -47,6 +47,16 @@ def check_decode_config(cfg):
     return cfg
 
 
+def check_decode_lm(cfg):
+    """``decode.lm``, when given, exists (the decoders open it only when they are built, after the
+    model is loaded): the effective config, after the command line's overrides. Returns ``cfg``."""
+    lm = cfg.decode.lm
+    if lm and not Path(lm).exists():
+        raise ConfigError(f"decode.lm={lm} does not exist (an ARPA file for prefix_beam, a graph dir of "
+                          "`asrkit lm graph` for wfst)")
+    return cfg
+
+
 def load_model(exp_dir: Path, checkpoint: str = "last", device: str = "cpu", ema: bool = True):
     """(model in eval mode, config, tokenizer) from an experiment dir
     (:func:`asrkit.model.loading.load_experiment`: EMA weights unless ``ema`` is False)."""
@@ -220,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         overrides = parse_decode_overrides(overrides)  # fail before loading anything
         model, cfg, tok = load_model(args.exp_dir, args.checkpoint, ema=not args.raw_weights)
-        cfg = check_decode_config(with_overrides(cfg, overrides))
+        cfg = check_decode_lm(check_decode_config(with_overrides(cfg, overrides)))
     except (ConfigError, FileNotFoundError, ValueError) as e:
         print(f"asrkit decode: error: {e}", file=sys.stderr)
         return 2

@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging()
     from asrkit.config import with_overrides
     from asrkit.decode.methods import Decoder
-    from asrkit.decode.run import _missing_sets, check_decode_config, load_model, parse_decode_overrides
+    from asrkit.decode.run import _missing_sets, check_decode_config, check_decode_lm, load_model, parse_decode_overrides
     from asrkit.schema import ConfigError
 
     try:
@@ -229,10 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         cfgs = []
         for point in points:  # every point's config is checked before anything is decoded
             try:
-                c = check_decode_config(with_overrides(cfg, point))
-                if c.decode.lm and not Path(c.decode.lm).exists():
-                    raise ConfigError(f"decode.lm={c.decode.lm} does not exist (an ARPA file for prefix_beam, a graph "
-                                      "dir of `asrkit lm graph` for wfst)")
+                c = check_decode_lm(check_decode_config(with_overrides(cfg, point)))
             except ConfigError as e:
                 raise ConfigError(f"grid point {fmt_args(point)}: {e}") from None
             cfgs.append(c)
