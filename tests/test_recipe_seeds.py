@@ -154,14 +154,19 @@ python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "$@" >> "$CALLS"
 """
 
 
-@pytest.mark.parametrize("opts, prefix, config", [([], "pos", "conf/train.yaml"),
-                                                  (["--train_config", "conf/train_conformer.yaml", "--prefix", "posc"],
-                                                   "posc", "conf/train_conformer.yaml")])
-def test_speechocean762_pos_compare_config_and_prefix(tmp_path, opts, prefix, config):
+GRID = "decode.lm_weight=1.0,1.2 decode.blank_penalty=1.5"
+
+
+@pytest.mark.parametrize("opts, prefix, config, grid", [
+    ([], "pos", "conf/train.yaml", None),
+    (["--train_config", "conf/train_conformer.yaml", "--prefix", "posc", "--tune_grid", GRID],
+     "posc", "conf/train_conformer.yaml", GRID)])
+def test_speechocean762_pos_compare_config_and_prefix(tmp_path, opts, prefix, config, grid):
     """egs/speechocean762's run_pos_compare.sh: every model is trained with --train_config
-    (default the Transformer, conf/train.yaml) under exp/<prefix>_<encoding>_seed<N>, and the
-    comparison takes <prefix>_<baseline> as its baseline. Stand-ins for run.sh and asrkit record
-    their arguments."""
+    (default the Transformer, conf/train.yaml) under exp/<prefix>_<encoding>_seed<N>, its decoding
+    weights chosen from --tune_grid when given (else run.sh's own grid: no --tune_grid passed), and
+    the comparison takes <prefix>_<baseline> as its baseline. Stand-ins for run.sh and asrkit
+    record their arguments."""
     rec = tmp_path / "egs" / "speechocean762" / "asr1"
     rec.mkdir(parents=True)
     shutil.copy(ROOT / "egs" / "speechocean762" / "asr1" / "run_pos_compare.sh", rec)
@@ -185,6 +190,7 @@ def test_speechocean762_pos_compare_config_and_prefix(tmp_path, opts, prefix, co
     train = [c for c in got if c[:2] == ["--stage", "4"]]
     assert [c[c.index("--tag") + 1] for c in train] == [f"{prefix}_nopos_seed1", f"{prefix}_alibi_seed1"]
     assert all(c[c.index("--train_config") + 1] == config for c in train)
+    assert all((c[c.index("--tune_grid") + 1] if "--tune_grid" in c else None) == grid for c in train)
     compare = next(c for c in got if c[:1] == ["compare"])
     assert compare[1:3] == [f"exp/{prefix}_nopos_seed1", f"exp/{prefix}_alibi_seed1"]
     assert compare[compare.index("--baseline") + 1] == f"{prefix}_nopos"

@@ -9,10 +9,11 @@
 # Writes exp/pos_compare/{compare.md,compare.json,wer_vs_duration.png}.
 #   ./run_pos_compare.sh [--encodings "nopos sinpos cape cpe relpos rope alibi"] [--seeds "1 2 3"]
 #                        [--steps 1000] [--parallel 2] [--test_sets "test test_longform"]
-#                        [--train_config conf/train.yaml] [--prefix pos]
+#                        [--train_config conf/train.yaml] [--prefix pos] [--tune_grid "decode.KEY=V1,V2 ..."]
 # --train_config: the model of every run (e.g. conf/train_conformer.yaml, the recipe's default:
 # Conformer layers); --prefix: the experiments' name prefix, so that studies of two configs
-# live side by side.
+# live side by side. --tune_grid: the decoding weights stage 5 chooses from on dev (default: run.sh's
+# 30-point grid; a smaller one saves ~45 s of dev decoding per point for a weak from-scratch model).
 # Experiments: exp/<prefix>_<encoding>_seed<N>; a finished model is skipped on a rerun, an interrupted
 # one resumes; one trained with another --steps is refused (utils/budget.sh). NAME+cape trains NAME
 # with CAPE's augmentation of the frame times (encoder.pos.augment=cape).
@@ -29,7 +30,8 @@ extra_args=
 out=exp/pos_compare
 train_config=conf/train.yaml
 prefix=pos
-__asrkit_opts="encodings seeds steps baselines parallel test_sets extra_args out train_config prefix"
+tune_grid=
+__asrkit_opts="encodings seeds steps baselines parallel test_sets extra_args out train_config prefix tune_grid"
 . ../../TEMPLATE/asr1/utils/seeds.sh
 seeds_join "$@"; set -- "${__args[@]}"
 . ../../TEMPLATE/asr1/utils/parse_options.sh
@@ -52,7 +54,7 @@ train_one() {
     case "$enc" in *+cape) args="$args encoder.pos.augment=cape" ;; esac
     export OMP_NUM_THREADS=$threads  # decoding: each of the parallel jobs gets its share of the cores
     { ./run.sh --stage 4 --stop_stage 5 --tag "$tag" --nj 1 --test_sets "$test_sets" --train_config "$train_config" \
-        --train_args "$args $extra_args" && asrkit report "exp/$tag" --score; } \
+        ${tune_grid:+--tune_grid "$tune_grid"} --train_args "$args $extra_args" && asrkit report "exp/$tag" --score; } \
         > "exp/$tag.log" 2>&1 || { echo "$tag failed: see exp/$tag.log" >&2; return 1; }
     echo "$(date '+%F %T') $tag: done"
 }
