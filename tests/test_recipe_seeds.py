@@ -167,30 +167,61 @@ def test_speechocean762_pos_compare_config_and_prefix(tmp_path, opts, prefix, co
     weights chosen from --tune_grid when given (else run.sh's own grid: no --tune_grid passed), and
     the comparison takes <prefix>_<baseline> as its baseline. Stand-ins for run.sh and asrkit
     record their arguments."""
+    p, got = _run_so_pos_compare(tmp_path, "--encodings", "nopos alibi", "--seeds", "1", "--steps", "7",
+                                 "--parallel", "1", "--baselines", "nopos", *opts)
+    assert p.returncode == 0, p.stderr
+    train = [c for c in got if c[:2] == ["--stage", "4"]]
+    assert [c[c.index("--tag") + 1] for c in train] == [f"{prefix}_nopos_seed1", f"{prefix}_alibi_seed1"]
+    assert all(c[c.index("--train_config") + 1] == config for c in train)
+    assert all((c[c.index("--tune_grid") + 1] if "--tune_grid" in c else None) == grid for c in train)
+    assert not any("--pretrained" in c for c in train)
+    compare = next(c for c in got if c[:1] == ["compare"])
+    assert compare[1:3] == [f"exp/{prefix}_nopos_seed1", f"exp/{prefix}_alibi_seed1"]
+    assert compare[compare.index("--baseline") + 1] == f"{prefix}_nopos"
+
+
+def test_speechocean762_pos_compare_pretrained_per_encoding(tmp_path):
+    """--pretrained PATTERN: each model starts from the synthetic model of its own encoding, {enc}
+    replaced by the encoding's name (NAME+cape: NAME's), handed to run.sh's --pretrained; a missing
+    one stops the script before any work, naming it and the command that trains it."""
     rec = tmp_path / "egs" / "speechocean762" / "asr1"
-    rec.mkdir(parents=True)
+    for enc in ("nopos", "rope"):
+        (rec / "mini" / f"conformer_{enc}").mkdir(parents=True)
+    args = ("--encodings", "nopos rope+cape", "--seeds", "1", "--steps", "7", "--parallel", "1", "--baselines", "nopos")
+    p, got = _run_so_pos_compare(tmp_path, *args, "--pretrained", "mini/conformer_{enc}")
+    assert p.returncode == 0, p.stderr
+    train = {c[c.index("--tag") + 1]: c for c in got if c[:2] == ["--stage", "4"]}
+    assert {t: c[c.index("--pretrained") + 1] for t, c in train.items()} == {
+        "pos_nopos_seed1": "mini/conformer_nopos", "pos_rope+cape_seed1": "mini/conformer_rope"}
+    assert "encoder.pos.augment=cape" in train["pos_rope+cape_seed1"][train["pos_rope+cape_seed1"].index("--train_args") + 1]
+    p, got = _run_so_pos_compare(tmp_path, "--encodings", "nopos cape", *args[2:], "--pretrained", "mini/conformer_{enc}")
+    assert p.returncode == 2 and got == [], p.stderr
+    assert "--pretrained: mini/conformer_cape (encoding cape) does not exist" in p.stderr
+    assert ('./run.sh --stop_stage 4 --tag conformer_cape --train_config conf/train_conformer.yaml '
+            '--train_args "encoder.pos_enc=cape train.seed=1"') in p.stderr
+    p, got = _run_so_pos_compare(tmp_path, *args, "--pretrained", "mini/conformer_nopos")
+    assert p.returncode == 2 and got == [] and "--pretrained must contain {enc}" in p.stderr
+
+
+def _run_so_pos_compare(tmp_path, *args: str) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
+    """egs/speechocean762's run_pos_compare.sh with stand-ins for its run.sh and asrkit (they record
+    their arguments): the completed process and the recorded calls."""
+    rec = tmp_path / "egs" / "speechocean762" / "asr1"
+    rec.mkdir(parents=True, exist_ok=True)
     shutil.copy(ROOT / "egs" / "speechocean762" / "asr1" / "run_pos_compare.sh", rec)
     (rec / "path.sh").write_text("")
     (rec / "run.sh").write_text(STUB_RUN)
     (rec / "run.sh").chmod(0o755)
     tpl = tmp_path / "egs" / "TEMPLATE" / "asr1" / "utils"
-    tpl.mkdir(parents=True)
+    tpl.mkdir(parents=True, exist_ok=True)
     for name in ("parse_options.sh", "seeds.sh", "budget.sh", "parallel.sh"):
         shutil.copy(ROOT / "egs" / "TEMPLATE" / "asr1" / "utils" / name, tpl / name)
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+    bin_dir.mkdir(exist_ok=True)
     (bin_dir / "asrkit").write_text("#!/usr/bin/env bash\n" + STUB_RUN.split("\n", 1)[1])
     (bin_dir / "asrkit").chmod(0o755)
     calls = rec / "calls.jsonl"
-    p = subprocess.run(["bash", "run_pos_compare.sh", "--encodings", "nopos alibi", "--seeds", "1", "--steps", "7",
-                        "--parallel", "1", "--baselines", "nopos", *opts], cwd=rec, capture_output=True, text=True,
+    calls.unlink(missing_ok=True)
+    p = subprocess.run(["bash", "run_pos_compare.sh", *args], cwd=rec, capture_output=True, text=True,
                        timeout=60, env={"PATH": f"{bin_dir}:/usr/bin:/bin", "CALLS": str(calls)})
-    assert p.returncode == 0, p.stderr
-    got = [json.loads(x) for x in calls.read_text().splitlines()]
-    train = [c for c in got if c[:2] == ["--stage", "4"]]
-    assert [c[c.index("--tag") + 1] for c in train] == [f"{prefix}_nopos_seed1", f"{prefix}_alibi_seed1"]
-    assert all(c[c.index("--train_config") + 1] == config for c in train)
-    assert all((c[c.index("--tune_grid") + 1] if "--tune_grid" in c else None) == grid for c in train)
-    compare = next(c for c in got if c[:1] == ["compare"])
-    assert compare[1:3] == [f"exp/{prefix}_nopos_seed1", f"exp/{prefix}_alibi_seed1"]
-    assert compare[compare.index("--baseline") + 1] == f"{prefix}_nopos"
+    return p, [json.loads(x) for x in calls.read_text().splitlines()] if calls.exists() else []

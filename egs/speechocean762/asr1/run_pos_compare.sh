@@ -10,10 +10,16 @@
 #   ./run_pos_compare.sh [--encodings "nopos sinpos cape cpe relpos rope alibi"] [--seeds "1 2 3"]
 #                        [--steps 1000] [--parallel 2] [--test_sets "test test_longform"]
 #                        [--train_config conf/train.yaml] [--prefix pos] [--tune_grid "decode.KEY=V1,V2 ..."]
+#                        [--pretrained "../../mini/asr1/exp/conformer_{enc}"]
 # --train_config: the model of every run (e.g. conf/train_conformer.yaml, the recipe's default:
 # Conformer layers); --prefix: the experiments' name prefix, so that studies of two configs
 # live side by side. --tune_grid: the decoding weights stage 5 chooses from on dev (default: run.sh's
 # 30-point grid; a smaller one saves ~45 s of dev decoding per point for a weak from-scratch model).
+# --pretrained: each model starts from a synthetic model of its own encoding (run.sh --pretrained,
+# train.init_from): the experiment dir or checkpoint named by the pattern, {enc} replaced by the
+# encoding (NAME+cape: NAME's);
+# every one must exist before any work. Make them in egs/mini/asr1 with, per encoding ENC:
+#   ./run.sh --stop_stage 4 --tag conformer_ENC --train_config conf/train_conformer.yaml --train_args "encoder.pos_enc=ENC train.seed=1"
 # Experiments: exp/<prefix>_<encoding>_seed<N>; a finished model is skipped on a rerun, an interrupted
 # one resumes; one trained with another --steps is refused (utils/budget.sh). NAME+cape trains NAME
 # with CAPE's augmentation of the frame times (encoder.pos.augment=cape).
@@ -31,7 +37,8 @@ out=exp/pos_compare
 train_config=conf/train.yaml
 prefix=pos
 tune_grid=
-__asrkit_opts="encodings seeds steps baselines parallel test_sets extra_args out train_config prefix tune_grid"
+pretrained=
+__asrkit_opts="encodings seeds steps baselines parallel test_sets extra_args out train_config prefix tune_grid pretrained"
 . ../../TEMPLATE/asr1/utils/seeds.sh
 seeds_join "$@"; set -- "${__args[@]}"
 . ../../TEMPLATE/asr1/utils/parse_options.sh
@@ -40,6 +47,16 @@ seeds=${seeds//,/ }
 for s in $seeds; do [[ "$s" =~ ^[0-9]+$ ]] || { echo "$0: --seeds: '$s' is not a non-negative integer" >&2; exit 2; }; done
 [[ "$steps" =~ ^[1-9][0-9]*$ ]] || { echo "$0: --steps must be a positive integer, got '$steps'" >&2; exit 2; }
 [[ "$parallel" =~ ^[1-9][0-9]*$ ]] || { echo "$0: --parallel must be a positive integer, got '$parallel'" >&2; exit 2; }
+
+if [ -n "$pretrained" ]; then
+    [[ "$pretrained" == *"{enc}"* ]] || { echo "$0: --pretrained must contain {enc} (the encoding's name), got '$pretrained'" >&2; exit 2; }
+    for enc in $encodings; do
+        src=${pretrained//\{enc\}/${enc%%+*}}
+        [ -e "$src" ] || { echo "$0: --pretrained: $src (encoding ${enc%%+*}) does not exist; train it in egs/mini/asr1:" \
+            "./run.sh --stop_stage 4 --tag conformer_${enc%%+*} --train_config conf/train_conformer.yaml" \
+            "--train_args \"encoder.pos_enc=${enc%%+*} train.seed=1\"" >&2; exit 2; }
+    done
+fi
 
 dirs=(); for enc in $encodings; do for seed in $seeds; do dirs+=("exp/${prefix}_${enc}_seed${seed}"); done; done
 . ../../TEMPLATE/asr1/utils/budget.sh
@@ -54,7 +71,8 @@ train_one() {
     case "$enc" in *+cape) args="$args encoder.pos.augment=cape" ;; esac
     export OMP_NUM_THREADS=$threads  # decoding: each of the parallel jobs gets its share of the cores
     { ./run.sh --stage 4 --stop_stage 5 --tag "$tag" --nj 1 --test_sets "$test_sets" --train_config "$train_config" \
-        ${tune_grid:+--tune_grid "$tune_grid"} --train_args "$args $extra_args" && asrkit report "exp/$tag" --score; } \
+        ${tune_grid:+--tune_grid "$tune_grid"} ${pretrained:+--pretrained "${pretrained//\{enc\}/${enc%%+*}}"} \
+        --train_args "$args $extra_args" && asrkit report "exp/$tag" --score; } \
         > "exp/$tag.log" 2>&1 || { echo "$tag failed: see exp/$tag.log" >&2; return 1; }
     echo "$(date '+%F %T') $tag: done"
 }
