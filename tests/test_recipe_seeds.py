@@ -199,6 +199,8 @@ def test_speechocean762_pos_compare_pretrained_per_encoding(tmp_path):
     assert "--pretrained: mini/conformer_cape (encoding cape) does not exist" in p.stderr
     assert ('./run.sh --stop_stage 4 --tag conformer_cape --train_config conf/train_conformer.yaml '
             '--train_args "encoder.pos_enc=cape train.seed=1"') in p.stderr
+    # where that command writes the model, for a pattern other than the documented one
+    assert 'written to ../../mini/asr1/exp/conformer_cape: give --pretrained "../../mini/asr1/exp/conformer_{enc}"' in p.stderr
     p, got = _run_so_pos_compare(tmp_path, *args, "--pretrained", "mini/conformer_nopos")
     assert p.returncode == 2 and got == [] and "--pretrained must contain {enc}" in p.stderr
 

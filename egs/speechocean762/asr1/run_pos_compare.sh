@@ -48,13 +48,16 @@ for s in $seeds; do [[ "$s" =~ ^[0-9]+$ ]] || { echo "$0: --seeds: '$s' is not a
 [[ "$steps" =~ ^[1-9][0-9]*$ ]] || { echo "$0: --steps must be a positive integer, got '$steps'" >&2; exit 2; }
 [[ "$parallel" =~ ^[1-9][0-9]*$ ]] || { echo "$0: --parallel must be a positive integer, got '$parallel'" >&2; exit 2; }
 
+# the synthetic model an encoding starts from: PATTERN with {enc} replaced by its name (NAME+cape: NAME's)
+pretrained_of() { echo "${pretrained//\{enc\}/${1%%+*}}"; }
 if [ -n "$pretrained" ]; then
     [[ "$pretrained" == *"{enc}"* ]] || { echo "$0: --pretrained must contain {enc} (the encoding's name), got '$pretrained'" >&2; exit 2; }
     for enc in $encodings; do
-        src=${pretrained//\{enc\}/${enc%%+*}}
+        src=$(pretrained_of "$enc")
         [ -e "$src" ] || { echo "$0: --pretrained: $src (encoding ${enc%%+*}) does not exist; train it in egs/mini/asr1:" \
             "./run.sh --stop_stage 4 --tag conformer_${enc%%+*} --train_config conf/train_conformer.yaml" \
-            "--train_args \"encoder.pos_enc=${enc%%+*} train.seed=1\"" >&2; exit 2; }
+            "--train_args \"encoder.pos_enc=${enc%%+*} train.seed=1\"" \
+            "(it is written to ../../mini/asr1/exp/conformer_${enc%%+*}: give --pretrained \"../../mini/asr1/exp/conformer_{enc}\")" >&2; exit 2; }
     done
 fi
 
@@ -71,7 +74,7 @@ train_one() {
     case "$enc" in *+cape) args="$args encoder.pos.augment=cape" ;; esac
     export OMP_NUM_THREADS=$threads  # decoding: each of the parallel jobs gets its share of the cores
     { ./run.sh --stage 4 --stop_stage 5 --tag "$tag" --nj 1 --test_sets "$test_sets" --train_config "$train_config" \
-        ${tune_grid:+--tune_grid "$tune_grid"} ${pretrained:+--pretrained "${pretrained//\{enc\}/${enc%%+*}}"} \
+        ${tune_grid:+--tune_grid "$tune_grid"} ${pretrained:+--pretrained "$(pretrained_of "$enc")"} \
         --train_args "$args $extra_args" && asrkit report "exp/$tag" --score; } \
         > "exp/$tag.log" 2>&1 || { echo "$tag failed: see exp/$tag.log" >&2; return 1; }
     echo "$(date '+%F %T') $tag: done"
