@@ -410,3 +410,33 @@ def test_seed_groups_ignore_settings_that_do_not_act(tmp_path, caplog):
     (b / "config.yaml").write_text(base.format(fw=30, tm=10, seed=2, init="/r/egs/mini/asr1/exp/m", extra="")
                                    .replace("enabled: false", "enabled: true"))
     assert len(group_experiments([a, b], ["run_seed1", "run_seed2"])) == 2
+
+
+def test_seed_keys_let_seeds_differ_in_their_start(tmp_path, caplog):
+    """Seeds of a whole pipeline (each fine-tuned from a pretrained model of its own seed) differ in
+    ``train.init_from``: one row only when ``--seed-keys train.init_from`` says so; a key that is
+    not a config key is refused, naming its section's keys."""
+    dirs = []
+    for s in (1, 2):
+        d = tmp_path / f"ft_seed{s}"
+        d.mkdir()
+        (d / "config.yaml").write_text(f"train: {{seed: {s}, init_from: /r/mini/exp/m_s{s}}}\n")
+        dirs.append(d)
+    names = [d.name for d in dirs]
+    with caplog.at_level("WARNING"):
+        assert len(group_experiments(dirs, names)) == 2
+    assert "differ in train.init_from (besides the seed)" in caplog.text
+    assert [(g.name, g.seeds) for g in group_experiments(dirs, names, seed_keys=["train.init_from"])] == [
+        ("ft", ["1", "2"])]
+    with pytest.raises(ValueError, match=r"'train.initfrom' is not a config key; the train\.\* keys are .*train\.init_from"):
+        group_experiments(dirs, names, seed_keys=["train.initfrom"])
+    # through the command line: the row, and the setting in compare.json / compare.md
+    out = tmp_path / "cmp"
+    exps = [_synthetic_exp(tmp_path / "x" / f"ft_seed{s}", 0.2, seed=s) for s in (1, 2)]
+    for s, e in zip((1, 2), exps):
+        (e / "config.yaml").write_text(f"train: {{seed: {s}, init_from: /m_s{s}}}\n")
+    assert compare.main([*map(str, exps), "--out", str(out), "--seed-keys", "train.init_from"]) == 0
+    doc = json.loads((out / "compare.json").read_text())
+    assert doc["settings"]["seed_keys"] == ["train.init_from"] and list(doc["experiments"]) == ["ft"]
+    assert "may also differ in `train.init_from`" in (out / "compare.md").read_text()
+    assert compare.main([*map(str, exps), "--out", str(tmp_path / "bad"), "--seed-keys", "nope"]) == 1

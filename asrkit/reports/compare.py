@@ -218,6 +218,9 @@ def format_compare_md(doc: dict[str, Any], plots: Sequence[str] = ()) -> str:
         "without a seed in its name).",
         "",
     ]
+    if st.get("seed_keys"):
+        out += [f"The seeds of a row may also differ in {', '.join(f'`{k}`' for k in st['seed_keys'])} "
+                "(`--seed-keys`): each seed is of the whole pipeline, its start included.", ""]
     if doc["baselines"]:
         unit = st["sign_unit"]
         out += [
@@ -300,6 +303,7 @@ def compare_experiments(
     baselines: Sequence[str] = (),
     *,
     by_seed: bool = True,
+    seed_keys: Sequence[str] = (),
     sign_unit: str = "utterance",
     alpha: float = ALPHA,
     n_boot: int = DEFAULT_N_BOOT,
@@ -311,7 +315,8 @@ def compare_experiments(
 
     ``names`` label the experiments (default: the directory names); ``sets`` selects and orders
     the test sets (default: every set found, in order of first appearance); ``baselines``: rows
-    to test the others against.
+    to test the others against; ``seed_keys``: config keys that may differ between the seeds of a
+    row besides the seed (:mod:`asrkit.reports.seeds`).
     """
     if not exp_dirs:
         raise ValueError("no experiment directories given")
@@ -330,9 +335,10 @@ def compare_experiments(
         for s in sets:
             if not any(s in r for r in docs.values()):
                 logger.warning("test set %r is in none of the experiments", s)
-    groups = group_experiments(exp_dirs, labels, by_seed=by_seed)
+    groups = group_experiments(exp_dirs, labels, by_seed=by_seed, seed_keys=seed_keys)
     doc = compute_comparison(groups, Scores(docs, dirs), sets, baselines, sign_unit=sign_unit,
                              alpha=alpha, n_boot=n_boot, level=level, seed=seed)
+    doc["settings"]["seed_keys"] = sorted(seed_keys)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     with atomic_write(out_dir / "compare.json", encoding="utf-8") as f:
@@ -374,13 +380,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--n-boot", type=int, default=DEFAULT_N_BOOT, help="bootstrap resamples (default %(default)s)")
     parser.add_argument("--no-seed-groups", action="store_true",
                         help="one row per experiment, even for <name>_seed<N> dirs")
+    parser.add_argument("--seed-keys", metavar="KEYS",
+                        help="comma-separated config keys that may also differ between the seeds of a row, "
+                        "e.g. train.init_from when each seed was fine-tuned from a pretrained model of its own seed")
     args = parser.parse_args(argv)
     if not 0 < args.alpha < 1:
         parser.error(f"--alpha must be in (0, 1), got {args.alpha}")
     try:
         md = compare_experiments(args.exps, args.out, names=_csv(args.names), sets=_csv(args.sets),
                                  md_name=args.md_name, baselines=_csv(args.baseline) or (),
-                                 by_seed=not args.no_seed_groups, sign_unit=args.sign_unit, alpha=args.alpha,
+                                 by_seed=not args.no_seed_groups, seed_keys=_csv(args.seed_keys) or (),
+                                 sign_unit=args.sign_unit, alpha=args.alpha,
                                  n_boot=args.n_boot, level=args.level)
     except (OSError, ValueError) as e:
         print(f"asrkit compare: error: {e}", file=sys.stderr)

@@ -14,6 +14,11 @@ its own (under its full name) and a warning names the two directories and the ke
 so nothing that differs in more than the seed is ever averaged. (Members without a
 ``config.yaml`` are grouped by name alone, with a warning.)
 
+Some studies seed more than the training: a fine-tuned model whose pretrained start was itself
+trained with that seed (each seed's ``train.init_from`` names another model). ``seed_keys``
+(``asrkit compare --seed-keys train.init_from``) adds such keys to those that may differ; they
+must be config keys, and the comparison records them.
+
 The recipes name their experiment dirs this way: ``run.sh --seeds "1 2 3" --tag T`` trains
 ``exp/T_seed1``... with ``train.seed=1``...
 """
@@ -26,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
-__all__ = ["SEED_KEYS", "Member", "Group", "split_seed", "group_experiments"]
+__all__ = ["SEED_KEYS", "Member", "Group", "split_seed", "check_seed_keys", "group_experiments"]
 
 logger = logging.getLogger(__name__)
 
@@ -96,8 +101,9 @@ def _config(exp: Path) -> Optional[dict[str, Any]]:
     return {k.rstrip("."): v for k, v in _flat(raw).items()}
 
 
-def _differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    """The keys (outside :data:`SEED_KEYS`) whose values differ in a way that acts (module docstring)."""
+def _differences(a: dict[str, Any], b: dict[str, Any], extra: frozenset = frozenset()) -> list[str]:
+    """The keys (outside :data:`SEED_KEYS` and ``extra``) whose values differ in a way that acts
+    (module docstring)."""
     off = {k[: -len("enabled")] for k in a if k.endswith(".enabled") and a[k] is False and b.get(k) is False}
 
     def same(x: Any, y: Any) -> bool:
@@ -106,10 +112,10 @@ def _differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
         return isinstance(x, str) and isinstance(y, str) and "/" in x + y and os.path.normpath(x) == os.path.normpath(y)
 
     return sorted(k for k in set(a) | set(b)
-                  if k not in SEED_KEYS and not any(k.startswith(p) for p in off) and not same(a.get(k), b.get(k)))
+                  if k not in SEED_KEYS and k not in extra and not any(k.startswith(p) for p in off) and not same(a.get(k), b.get(k)))
 
 
-def _check_group(g: Group) -> Optional[str]:
+def _check_group(g: Group, extra: frozenset = frozenset()) -> Optional[str]:
     """Why the members of ``g`` are not seeds of one configuration (``None`` if they are)."""
     configs = {m.name: _config(m.dir) for m in g.members}
     missing = [m.dir for m in g.members if configs[m.name] is None]
@@ -119,7 +125,7 @@ def _check_group(g: Group) -> Optional[str]:
     have = [m for m in g.members if configs[m.name] is not None]
     for m in have[1:]:
         a, b = configs[have[0].name], configs[m.name]
-        diff = _differences(a, b)
+        diff = _differences(a, b, extra)
         if diff:
             return (f"{have[0].dir} and {m.dir} are named as seeds of {g.name!r} but their config.yaml "
                     f"differ in {', '.join(diff[:8])}{' ...' if len(diff) > 8 else ''} (besides the seed)")
@@ -134,11 +140,29 @@ def _check_group(g: Group) -> Optional[str]:
     return None
 
 
+def check_seed_keys(keys: Sequence[str]) -> frozenset:
+    """``keys`` as a set, after checking each is a config key (``ValueError`` naming the first that
+    is not, with the valid keys of its section)."""
+    from asrkit.config import Config, to_dict
+
+    valid = {k.rstrip(".") for k in _flat(to_dict(Config()))}
+    for k in keys:
+        if k not in valid:
+            section = k.split(".")[0]
+            near = sorted(v for v in valid if v.split(".")[0] == section)
+            raise ValueError(f"--seed-keys: {k!r} is not a config key"
+                             + (f"; the {section}.* keys are {', '.join(near)}" if near else
+                                f"; config sections: {', '.join(sorted({v.split('.')[0] for v in valid}))}"))
+    return frozenset(keys)
+
+
 def group_experiments(
-    exp_dirs: Sequence[Pathlike], names: Sequence[str], by_seed: bool = True
+    exp_dirs: Sequence[Pathlike], names: Sequence[str], by_seed: bool = True, seed_keys: Sequence[str] = ()
 ) -> list[Group]:
     """Groups of ``exp_dirs`` (labelled ``names``), in order of first appearance; see the module
-    docstring. With ``by_seed`` False every experiment is a group of its own."""
+    docstring. With ``by_seed`` False every experiment is a group of its own; ``seed_keys``: config
+    keys that may differ between seeds besides :data:`SEED_KEYS`."""
+    extra = check_seed_keys(seed_keys)
     groups: dict[str, Group] = {}
     for name, d in zip(names, exp_dirs):
         base, seed = split_seed(name) if by_seed else (name, None)
@@ -152,7 +176,7 @@ def group_experiments(
         elif len({m.seed for m in g.members}) < len(g.members):
             why = f"two experiments are the same seed of {g.name!r}"
         elif len(g.members) > 1:
-            why = _check_group(g)
+            why = _check_group(g, extra)
         if why is None:
             out.append(g)
         else:
