@@ -425,7 +425,8 @@ def test_seed_keys_let_seeds_differ_in_their_start(tmp_path, caplog):
     names = [d.name for d in dirs]
     with caplog.at_level("WARNING"):
         assert len(group_experiments(dirs, names)) == 2
-    assert "differ in train.init_from (besides the seed)" in caplog.text
+    assert "differ in train.init_from (besides the seed); if that is part of each seed" in caplog.text
+    assert "give --seed-keys train.init_from" in caplog.text
     assert [(g.name, g.seeds) for g in group_experiments(dirs, names, seed_keys=["train.init_from"])] == [
         ("ft", ["1", "2"])]
     with pytest.raises(ValueError, match=r"'train.initfrom' is not a config key; the train\.\* keys are .*train\.init_from"):

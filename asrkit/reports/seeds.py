@@ -128,7 +128,8 @@ def _check_group(g: Group, extra: frozenset = frozenset()) -> Optional[str]:
         diff = _differences(a, b, extra)
         if diff:
             return (f"{have[0].dir} and {m.dir} are named as seeds of {g.name!r} but their config.yaml "
-                    f"differ in {', '.join(diff[:8])}{' ...' if len(diff) > 8 else ''} (besides the seed)")
+                    f"differ in {', '.join(diff[:8])}{' ...' if len(diff) > 8 else ''} (besides the seed); "
+                    f"if that is part of each seed (a start of its own seed), give --seed-keys {','.join(diff)}")
     seeds: dict[Any, Path] = {}
     for m in have:
         s = configs[m.name].get("train.seed")
