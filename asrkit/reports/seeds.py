@@ -127,9 +127,11 @@ def _check_group(g: Group, extra: frozenset = frozenset()) -> Optional[str]:
         a, b = configs[have[0].name], configs[m.name]
         diff = _differences(a, b, extra)
         if diff:
+            # only a different start (train.init_from...) can be part of a seed: advise pooling then
+            hint = (f"; if each seed started from a model of its own seed, give --seed-keys {','.join(diff)}"
+                    if all(k.startswith("train.init") for k in diff) else "")
             return (f"{have[0].dir} and {m.dir} are named as seeds of {g.name!r} but their config.yaml "
-                    f"differ in {', '.join(diff[:8])}{' ...' if len(diff) > 8 else ''} (besides the seed); "
-                    f"if that is part of each seed (a start of its own seed), give --seed-keys {','.join(diff)}")
+                    f"differ in {', '.join(diff[:8])}{' ...' if len(diff) > 8 else ''} (besides the seed){hint}")
     seeds: dict[Any, Path] = {}
     for m in have:
         s = configs[m.name].get("train.seed")
