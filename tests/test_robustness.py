@@ -517,13 +517,14 @@ def _takeover_rounds(roots: list, stale: str, rounds: int = 5, n: int = 12) -> N
             done.set()
             for p in procs:
                 p.join(30)
-            assert sorted(r[0] for r in results) == ["refused"] * (n - 1) + ["won"], (round_, results)
+            shown = f"round {round_}:\n" + "\n".join(map(repr, results))  # whole (pytest cuts long reprs)
+            assert sorted(r[0] for r in results) == ["refused"] * (n - 1) + ["won"], shown
             winner = next(r[1] for r in results if r[0] == "won")
             # the refusals name the winner; through a network client that does not revalidate what
             # it cached on open (sshfs, unlike NFS's close-to-open), some name the stale lock's
             # holder: they read its old bytes (still refused: the lock was taken)
             named = {f"in use by pid {winner}"} | ({f"in use by pid {old_pid}"} if len(roots) > 1 else set())
-            assert all(any(x in r[1] for x in named) for r in results if r[0] == "refused"), results
+            assert all(any(x in r[1] for x in named) for r in results if r[0] == "refused"), shown
             # released, tokens cleaned up (a network client may show the old entries until its
             # attribute cache expires: sshfs's after 20 s)
             deadline = time.monotonic() + (0 if len(roots) == 1 else 60)

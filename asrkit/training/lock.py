@@ -208,14 +208,17 @@ class ExpLock:
         """The lock's (or a token's) content (``{}`` if unreadable: being written, or garbage) and
         its age in s."""
         path = path or self.path
-        try:
-            text, mtime = path.read_text(), path.stat().st_mtime
+        try:  # content and age from one open file: a path read twice may name two files (a taker
+            # that removed the stale lock and created its own in between), and a stale holder
+            # with a fresh age would be refused as alive
+            with open(path, "rb") as f:
+                text, mtime = f.read(), os.fstat(f.fileno()).st_mtime
         except FileNotFoundError:
             return None, 0.0
         try:
             holder = json.loads(text)
             holder = holder if isinstance(holder, dict) else {}
-        except json.JSONDecodeError:
+        except ValueError:  # not JSON, or not UTF-8
             holder = {}
         return holder, max(0.0, _fs_now(self.exp_dir) - mtime)
 
