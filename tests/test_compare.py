@@ -19,7 +19,7 @@ from asrkit.reports.report import write_results_md
 from asrkit.reports.seeds import group_experiments, split_seed
 from asrkit.reports.stats import seed_permutation_p
 from asrkit.scoring import score_dir
-from asrkit.scoring.significance import bootstrap_wer
+from asrkit.scoring.significance import bootstrap_wer, speaker_of
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 STATS = Path(__file__).parent / "fixtures" / "sclite" / "stats"
@@ -349,6 +349,43 @@ def test_end_to_end_p_values_agree_with_sc_stats(tmp_path):
             else:
                 assert ours == pytest.approx(float(theirs), abs=5e-4), (test, name)
         assert _vs(doc, "test", "sysA", name)["sign_unit"] == "speaker"
+
+
+def test_speaker_blocks_from_hyp_jsonl_when_the_ids_name_none(tmp_path, caplog):
+    """Ids without '-' or '_' (speechocean762's ``000030012``) name no speaker under sc_stats's rule. With
+    the speaker recorded in hyp.jsonl (the decoder writes the cut's), the sign test's blocks are those
+    speakers, and its figures are those of the same systems with speaker-prefixed ids (whose p-values
+    the test above checks against sc_stats); without it every utterance is its own block, and compare
+    says so in its log and in compare.md."""
+    def trn(name):
+        return {m[2]: m[1].strip() for m in re.finditer(r"(.*)\((\S+)\)", (STATS / name).read_text())}
+
+    refs = trn("ref.trn")
+    plain = {u: f"{k:06d}" for k, u in enumerate(refs)}  # spk00-01 -> 000001: no separator
+    ids = {"prefixed": lambda u: {"id": u}, "recorded": lambda u: {"id": plain[u], "speaker": speaker_of(u)},
+           "bare": lambda u: {"id": plain[u]}}
+    cells = {}
+    for variant, row_id in ids.items():
+        root = tmp_path / variant
+        for name in ("sysA", "sysB", "sysC"):
+            hyps = trn(f"{name}.trn")
+            _decode_dir(root / name, "test", [{**row_id(u), "ref": r, "hyp": hyps[u], "duration": 1.0}
+                                              for u, r in refs.items()])
+        caplog.clear()
+        compare_experiments([root / n for n in ("sysA", "sysB", "sysC")], root / "cmp", baselines=["sysA"],
+                            sign_unit="speaker", n_boot=200)
+        doc = json.loads((root / "cmp" / "compare.json").read_text())
+        cells[variant] = {n: _vs(doc, "test", "sysA", n) for n in ("sysB", "sysC")}
+        lone = variant == "bare"
+        assert ("every utterance is its own block" in (root / "cmp" / "compare.md").read_text()) is lone
+        assert any("every utterance is its own block" in r.message for r in caplog.records) is lone
+    n_speakers = len({speaker_of(u) for u in refs})
+    assert 1 < n_speakers < len(refs)
+    for name in ("sysB", "sysC"):
+        recorded, prefixed, bare = (cells[v][name] for v in ("recorded", "prefixed", "bare"))
+        assert recorded["pairs"][0]["sign"] == prefixed["pairs"][0]["sign"]
+        assert recorded["pairs"][0]["sign"]["n_blocks"] == n_speakers and recorded["sign_unit"] == "speaker"
+        assert bare["pairs"][0]["sign"]["n_blocks"] == len(refs) and bare["sign_unit"].startswith("utterance (no speakers")
 
 
 def test_seed_groups_from_names_and_configs(tmp_path, caplog):

@@ -102,9 +102,13 @@ def test_all_stages(recipe):
     assert session == " ".join(text_test[u] for u in sorted(text_test)) and session.isupper()
     # decoded and scored with duration bins; the recipe's RESULTS.md
     exp = recipe / "exp" / "train_smoke"
+    utt2spk_test = table(k / "test" / "utt2spk")
     for s in ("test", "test_longform", "test_session"):
         wer = json.loads((exp / f"decode_{s}" / "wer.json").read_text())
         assert wer["overall"]["snt"] == len(ids[s]) and [b["label"] for b in wer["bins"]] == ["<10s", "10-15s", "15-20s", ">=20s"]
+        # each utterance's speaker (the ids 000030012 name none): the blocks of asrkit compare's sign test
+        rows = [json.loads(line) for line in (exp / f"decode_{s}" / "hyp.jsonl").read_text().splitlines()]
+        assert [r["speaker"] for r in rows] == [utt2spk_test[r["id"].split("_")[0]] for r in rows], rows
     bins = {b["label"]: b["snt"] for b in json.loads((exp / "decode_test_longform" / "wer.json").read_text())["bins"]}
     assert bins[">=20s"] == 1
     assert "WER per test set and duration bin" in (exp / "RESULTS.md").read_text()

@@ -96,6 +96,9 @@ def _decode_cuts(model, cfg, tok, cut_list: list, hop: float, desc: str, positio
         audio = sum(c.duration for c in chunk)
         for c, u_text, hyp in zip(chunk, batch["texts"], hyps):
             r = {"id": c.id, "ref": u_text, "hyp": hyp, "duration": c.duration}
+            speaker = c.supervisions[0].speaker if c.supervisions else None
+            if speaker:  # the sign test's blocks (asrkit compare --sign-unit speaker), whatever the ids
+                r["speaker"] = speaker
             window = getattr(c, "window", None)  # long-form window size (Lhotse custom field)
             if window is not None:
                 r["window"] = window

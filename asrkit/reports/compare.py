@@ -135,8 +135,14 @@ def compute_comparison(
                         r = compare_cell(bm, cm, ids, sign_unit=sign_unit, alpha=alpha, **kw)
                         if r is not None:
                             vs[b][g.name][col.label] = r
+        lone = sorted({c.set for c in t.columns for cells in vs.values() for row in cells.values()
+                       if (r := row.get(c.label)) and r["sign_unit"] != sign_unit})
+        if lone:
+            logger.warning("--sign-unit %s: in %s every utterance is its own block of the sign and Wilcoxon "
+                           "tests (the utterance ids name no speaker and hyp.jsonl records none); decode "
+                           "again with this asrkit, which records each cut's speaker", sign_unit, ", ".join(lone))
         out_tables.append({
-            "name": t.name, "kind": t.kind,
+            "name": t.name, "kind": t.kind, **({"sets_without_speakers": lone} if lone else {}),
             "columns": [{"label": c.label, "set": c.set, "subset": c.subset} for c in t.columns],
             "rows": rows, "vs": vs, "cost": cost,
         })
@@ -229,6 +235,10 @@ def format_compare_md(doc: dict[str, Any], plots: Sequence[str] = ()) -> str:
             "seeds the largest over every pair of seeds). " + st["rule"],
             "",
         ]
+        lone = sorted({x for t in doc["tables"] for x in t.get("sets_without_speakers", ())})
+        if lone:
+            out += [f"On {', '.join(lone)} every utterance is its own block of the sign test: the utterance "
+                    "ids name no speaker and hyp.jsonl records none (decode again with this asrkit).", ""]
     for t in doc["tables"]:
         labels = [c["label"] for c in t["columns"]]
         first = "Experiment"

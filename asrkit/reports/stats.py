@@ -51,6 +51,7 @@ from asrkit.scoring.significance import (
     bootstrap_wer,
     compare_results,
     paired_bootstrap,
+    speaker_of,
 )
 
 __all__ = [
@@ -276,6 +277,13 @@ def _pick(d: dict[str, Any], *keys: str) -> dict[str, Any]:
     return {k: d[k] for k in keys}
 
 
+def _names_no_speaker(result: ScoreResult, ids: list[str]) -> bool:
+    """Whether ``--sign-unit speaker`` falls back to one block per utterance on ``ids``: hyp.jsonl
+    recorded no speaker and no id has the '-' or '_' that sc_stats's rule (:func:`speaker_of`) reads."""
+    recorded = {u.id for u in result.utts if u.speaker}
+    return len(ids) > 1 and not all(i in recorded for i in ids) and all(speaker_of(i) == i for i in ids)
+
+
 def compare_cell(base: list[tuple[Member, ScoreResult]], cand: list[tuple[Member, ScoreResult]],
                  ids: list[str], *, sign_unit: str = "utterance", alpha: float = ALPHA,
                  n_boot: int = DEFAULT_N_BOOT, level: float = DEFAULT_LEVEL, seed: int = 0) -> Optional[dict[str, Any]]:
@@ -309,6 +317,8 @@ def compare_cell(base: list[tuple[Member, ScoreResult]], cand: list[tuple[Member
         p["mapsswe"]["p_value"] < alpha
         and ((p["paired_bootstrap"]["delta"] or 0.0) > 0) - ((p["paired_bootstrap"]["delta"] or 0.0) < 0) == direction
         for p in pairs)
+    if sign_unit == "speaker" and _names_no_speaker(base[0][1], ids):
+        sign_unit = "utterance (no speakers: the ids name none and hyp.jsonl records none)"
     wers_b = [_wer(e, wrd) for e in errs_b]
     wers_c = [_wer(e, wrd) for e in errs_c]
     seeds_p = seed_permutation_p(wers_c, wers_b, seed=seed)

@@ -2,7 +2,8 @@
 
 ``asrkit score DIR [DIR ...] [--bins 10,15,20] [--norm NAME] [--align sclite|levenshtein]``
 reads ``DIR/hyp.jsonl`` (one ``{"id", "ref", "hyp", "duration"}`` object per line, plus
-``"window"`` seconds for long-form sets; see docs/DEVELOPING.md) and ``DIR/decode_info.json`` if
+``"window"`` seconds for long-form sets and ``"speaker"`` where the cut names one; see
+docs/DEVELOPING.md) and ``DIR/decode_info.json`` if
 present, and writes atomically into ``DIR``:
 
 - ``result.txt``: sclite-style summary (SPKR, # Snt, # Wrd, Corr, Sub, Del, Ins, Err, S.Err),

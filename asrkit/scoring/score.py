@@ -151,13 +151,15 @@ def alignment_counts(alignment: Iterable[AlignPair]) -> Counts:
 @dataclass
 class Pair:
     """One scored utterance as read from ``hyp.jsonl``. ``window`` is the long-form window size
-    in seconds (``None`` for ordinary segments)."""
+    in seconds (``None`` for ordinary segments); ``speaker`` the speaker the decoder read from the
+    cut's supervision (``None`` where it recorded none: the id then names it, as in sclite)."""
 
     id: str
     ref: str
     hyp: str
     duration: float
     window: Optional[float] = None
+    speaker: Optional[str] = None
 
 
 @dataclass
@@ -169,6 +171,7 @@ class UttResult:
     window: Optional[float]
     alignment: list[AlignPair]
     counts: Counts
+    speaker: Optional[str] = None  # as recorded in hyp.jsonl (Pair.speaker)
 
     @property
     def ref_words(self) -> list[str]:
@@ -338,7 +341,7 @@ def _coerce_pair(obj: Any, where: str) -> Pair:
     elif isinstance(obj, Mapping):
         rec = obj
     else:
-        rec = {k: getattr(obj, k) for k in (*_REQUIRED, "window") if hasattr(obj, k)}
+        rec = {k: getattr(obj, k) for k in (*_REQUIRED, "window", "speaker") if hasattr(obj, k)}
     missing = [k for k in _REQUIRED if k not in rec]
     if missing:
         raise ScoringError(
@@ -363,8 +366,13 @@ def _coerce_pair(obj: Any, where: str) -> Pair:
         raise ScoringError(
             f"{where} (id {uid}): 'window' must be positive seconds or absent, got {win!r}"
         )
+    spk = rec.get("speaker")
+    if spk is not None and (not isinstance(spk, str) or not spk):
+        raise ScoringError(
+            f"{where} (id {uid}): 'speaker' must be a non-empty string or absent, got {spk!r}"
+        )
     return Pair(
-        str(uid), rec["ref"], rec["hyp"], float(dur), None if win is None else float(win)
+        str(uid), rec["ref"], rec["hyp"], float(dur), None if win is None else float(win), spk
     )
 
 
@@ -377,7 +385,7 @@ def score_pairs(
     """Score hypotheses against references.
 
     ``pairs``: :class:`Pair` objects or mappings with ``id``, ``ref``, ``hyp``, ``duration``
-    (seconds) and optional ``window`` (long-form window size, seconds). ``bins``: duration bin
+    (seconds), optional ``window`` (long-form window size, seconds) and ``speaker``. ``bins``: duration bin
     edges (see :func:`bin_index`). ``normalizer``: a name from
     :data:`asrkit.textnorm.NORMALIZERS` or a :class:`Normalizer`, applied to ref and hyp.
     ``alignment``: ``"sclite"`` (default: NIST sclite's counts) or ``"levenshtein"`` (unit
@@ -415,7 +423,7 @@ def score_pairs(
                 dels[r] += 1
             elif r != h:
                 subs[(r, h)] += 1
-        utts.append(UttResult(p.id, p.duration, p.window, ali, c))
+        utts.append(UttResult(p.id, p.duration, p.window, ali, c, p.speaker))
         overall.add(c)
         bin_res[bin_index(p.duration, edges)].counts.add(c)
         if p.window is not None:

@@ -25,9 +25,10 @@ Conventions
     (``Z = mean / (sd / sqrt(n))``, sample sd; ``Z = 0`` when all differences are equal).
   * Sign and Wilcoxon tests compare one WER per *block*. sc_stats's blocks are speakers
     (the utterance-id prefix before ``-`` or ``_``, see :func:`speaker_of`); asrkit's default
-    block is the utterance (``blocks=None``), because ``hyp.jsonl`` has no speaker field.
-    Pass ``blocks="speaker"`` to :func:`compare_results` (or block labels to the functions)
-    for sc_stats's unit. A block's WER is ``100 * Err / Wrd`` (0 without reference words, as
+    block is the utterance (``blocks=None``). Pass ``blocks="speaker"`` to
+    :func:`compare_results` (or block labels to the functions) for speakers: the speaker the
+    decoder recorded in ``hyp.jsonl`` (the cut's supervision), else sc_stats's id rule, which
+    names no speaker for ids without a separator (speechocean762's ``000030012``). A block's WER is ``100 * Err / Wrd`` (0 without reference words, as
     in sc_stats); WERs within 0.005 of each other are equal. Sign test: equal blocks are split
     between the two sides (the extra one, if odd, counts as a win of the system with the
     higher sum of block WERs: the conservative side), two-sided exact binomial p-value. sc_stats uses the same exact binomial for
@@ -648,7 +649,8 @@ def compare_results(
     ``a``'s), matched by id.
 
     ``blocks`` sets the unit of the sign and Wilcoxon tests: ``None``/``"utterance"`` (default),
-    ``"speaker"`` (:func:`speaker_of` the id, sc_stats's unit) or a function of the id.
+    ``"speaker"`` (the speaker ``hyp.jsonl`` recorded for every utterance of ``a``, else
+    :func:`speaker_of` the id, sc_stats's unit) or a function of the id.
     Raises :class:`ScoringError` if an utterance is missing from either result, the two
     references of an utterance differ, or the results were aligned differently.
     """
@@ -669,8 +671,9 @@ def compare_results(
     uid = [u.id for u in ua]
     if blocks is None or blocks == "utterance":
         labels, unit = None, "utterance"
-    elif blocks == "speaker":
-        labels, unit = [speaker_of(i) for i in uid], "speaker"
+    elif blocks == "speaker":  # the decoder's record of each speaker, else the id's (sc_stats's rule)
+        recorded = all(u.speaker for u in ua)
+        labels, unit = [u.speaker if recorded else speaker_of(u.id) for u in ua], "speaker"
     elif callable(blocks):
         labels, unit = [blocks(i) for i in uid], getattr(blocks, "__name__", "block")
     else:
