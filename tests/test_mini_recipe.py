@@ -101,9 +101,10 @@ def test_comparison_scripts_smoke(recipe):
     """The mini comparison scripts run end to end (tiny models, a few steps) and write their tables."""
     _run(recipe, *SMOKE, "--stop_stage", "3")  # the tiny corpus (skipped when the test above made it)
     tiny = ["--train_config", "conf/train_smoke.yaml"]
-    # the study in small: 2 encodings x 2 seeds, compared against both baselines
+    # the study in small: 2 encodings x 2 seeds, compared against both baselines (two models at a time,
+    # one thread each: the scripts' --parallel path, and half the wall time of one at a time)
     _run_script(recipe, "run_pos_compare.sh", "--encodings", "nopos sinpos", "--seeds", "1", "2", "--steps", "2",
-                "--windows", "10 20", "--long_windows", "60 whole", *tiny)
+                "--parallel", "2", "--windows", "10 20", "--long_windows", "60 whole", *tiny)
     out = recipe / "exp" / "pos_compare"
     md, doc = (out / "compare.md").read_text(), json.loads((out / "compare.json").read_text())
     assert (recipe / "RESULTS.md").read_text() == md and (recipe / "wer_vs_window.png").is_file()
@@ -122,7 +123,7 @@ def test_comparison_scripts_smoke(recipe):
     assert "| vs pos_nopos |" in md and "| vs pos_sinpos |" in md and "| pos_sinpos | 1,2 |" in md
     # the other encodings' special cases (linear attention for SPE and its control) still run, one seed
     _run_script(recipe, "run_pos_compare.sh", "--encodings", "relpos spe_sine nopos+linear", "--seeds", "1", "--steps", "2",
-                "--windows", "10 20", "--long_windows", "60 whole", "--baselines", "relpos", "--out",
+                "--parallel", "2", "--windows", "10 20", "--long_windows", "60 whole", "--baselines", "relpos", "--out",
                 "exp/pos_compare2", "--results", "", *tiny)
     md = (recipe / "exp" / "pos_compare2" / "compare.md").read_text()
     assert "| pos_spe_sine | 1 |" in md and "| pos_nopos+linear | 1 |" in md and "| vs pos_relpos |" in md
