@@ -1,0 +1,149 @@
+"""``python -m asrkit.bench peers``: the command line."""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from asrkit.bench.peers.common import (
+    DEFAULT_RECIPE,
+    DEFAULT_SETS,
+    ESPNET_VENV,
+    REPO,
+    PeersError,
+)
+from asrkit.bench.peers.data import normalize_kaldi_dir
+from asrkit.bench.peers.espnet_config import (
+    batches_per_pass,
+    config_lines,
+    config_settings,
+    plan_steps,
+)
+from asrkit.bench.peers.relpos import relpos_bench
+from asrkit.bench.peers.sides import _env, _espnet_version, run_asrkit, run_espnet
+from asrkit.bench.peers.table import _compare, _cpu_name, compare_cells, format_table
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="asrkit bench peers", description="asrkit side by side with ESPnet on the same real data, machine and budget.")
+    p.add_argument("--recipe", type=Path, default=DEFAULT_RECIPE, help="recipe dir (its data/kaldi and conf/train.yaml)")
+    p.add_argument("--data", type=Path, help="dir of Kaldi data dirs (default: RECIPE/data/kaldi)")
+    p.add_argument("--config", type=Path, help="asrkit training config (default: RECIPE/conf/train.yaml)")
+    p.add_argument("--train", default="train")
+    p.add_argument("--dev", default="dev")
+    p.add_argument("--sets", nargs="+", default=DEFAULT_SETS, help="test sets (Kaldi dirs under --data)")
+    p.add_argument("--decode-fraction", type=float, default=1.0,
+                   help="decode a fixed subset of each test set: every round(1/F)-th utterance in sorted order")
+    p.add_argument("--steps", type=int, default=800, help="optimizer steps per toolkit (rounded up to epochs x iters)")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--work", type=Path, help="working dir: data copies, models, logs (default: RECIPE/exp/peers)")
+    p.add_argument("--out", type=Path, help="also write the Markdown table here")
+    p.add_argument("--only", choices=["asr", "relpos", "asrkit", "espnet", "table"],
+                   help="run only one part (asrkit / espnet: that toolkit's training and decoding alone, saved in "
+                        "WORK/<toolkit>/result.json; table: the ASR table from those two files)")
+    p.add_argument("--espnet-venv", type=Path, default=ESPNET_VENV)
+    p.add_argument("--asrkit-args", nargs="*", default=[],
+                   help="key=value overrides of the config, for both sides (e.g. optim.warmup_steps=5 for a smoke run)")
+    p.add_argument("--relpos-T", type=int, default=1000)
+    p.add_argument("--relpos-d", type=int, default=0, help="model width (default: the config's encoder.d_model)")
+    p.add_argument("--relpos-heads", type=int, default=4)
+    p.add_argument("--relpos-batch", type=int, default=1)
+    p.add_argument("--relpos-reps", type=int, default=5)
+    p.add_argument("--relpos-rounds", type=int, default=3)
+    args = p.parse_args(argv)
+    from asrkit.config import load_config
+    from asrkit.schema import ConfigError
+
+    args.data = args.data or args.recipe / "data" / "kaldi"
+    args.work = args.work or args.recipe / "exp" / "peers"
+    if args.config is None:
+        args.config = args.recipe / "conf" / "train.yaml"
+    try:
+        if not args.config.is_file():
+            raise PeersError(f"config {args.config} does not exist (the recipe {args.recipe} is not there?); "
+                             "give --config and --data")
+        if not (REPO / args.espnet_venv / "bin" / "python").is_file():
+            raise PeersError(f"no ESPnet venv at {args.espnet_venv}: run tools/peers/espnet/setup.sh first")
+        cfg = load_config(args.config, args.asrkit_args)  # the overrides shape both sides
+    except (PeersError, ConfigError) as e:
+        print(f"asrkit bench peers: error: {e}", file=sys.stderr)
+        return 2
+    args.relpos_d = args.relpos_d or cfg.encoder.d_model
+    args.relpos_frame_step = cfg.features.hop * cfg.frontend.stride
+    env = _env(args.threads)
+    work = args.work.resolve()
+    t0 = time.time()
+    res: dict[str, Any] = {"cpu": _cpu_name(), "threads": args.threads, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                           "sets": args.sets}
+    try:
+        if args.only not in ("relpos", "table"):  # asr, asrkit, espnet or all
+            bases = [args.recipe.resolve(), args.data.resolve()]
+            durs: dict[str, dict[str, float]] = {}
+            every = max(1, round(1 / args.decode_fraction))
+            for part in [args.train, args.dev, *args.sets]:
+                durs[part] = normalize_kaldi_dir(args.data / part, work / "data" / part, bases,
+                                                 every if part in args.sets else 1)
+            res["decode_every"] = every
+            res["n_utts"] = {s: len(durs[s]) for s in args.sets}
+            res["audio_s"] = {s: sum(durs[s].values()) for s in args.sets}
+            res["train_durations"] = list(durs[args.train].values())
+            n_batch = batches_per_pass(list(durs[args.train].values()), cfg.data.max_duration)
+            epochs, iters = plan_steps(args.steps, n_batch)
+            res["steps"] = epochs * iters
+            print(f"[peers] {res['steps']} steps each: ESPnet {epochs} epochs x {iters} iterations "
+                  f"(~{n_batch} batches per pass)", file=sys.stderr)
+            if args.only != "espnet":
+                res["asrkit"] = run_asrkit(args, args.config, res["steps"], work, env)
+                _save(work / "asrkit" / "result.json", res["asrkit"], res)
+            typical = round(100 * statistics.median(durs[args.train].values()))
+            if args.only != "asrkit":
+                res["espnet"] = run_espnet(args, cfg, epochs, iters, work, env, typical)
+                _save(work / "espnet" / "result.json", res["espnet"], res)
+        if args.only == "table":  # the two sides' saved results (e.g. after --only asrkit, --only espnet)
+            for side in ("asrkit", "espnet"):
+                doc = json.loads((work / side / "result.json").read_text())
+                if "steps" in res and doc["run"]["steps"] != res["steps"]:
+                    raise PeersError(f"{work}/{side}/result.json: {doc['run']['steps']} steps, the other side "
+                                     f"{res['steps']}: rerun one side with the same --steps")
+                res[side] = doc["result"]
+                res.update({k: v for k, v in doc["run"].items()
+                            if k in ("steps", "audio_s", "train_durations", "decode_every", "n_utts")})
+        if args.only in (None, "asr", "table"):
+            e = res["espnet"]
+            train_audio = sum(res["train_durations"])
+            res["espnet_audio_per_step"] = train_audio / e["n_batch"] if e.get("n_batch") else None
+            res["config_lines"] = {"asrkit": config_lines(args.config), "espnet": config_lines(Path(e["config_path"]))}
+            res["config_settings"] = {"asrkit": config_settings(args.config),
+                                      "espnet": config_settings(Path(e["config_path"]))}
+            c = _compare(work, args.sets)
+            res["compare"] = compare_cells(c["doc"], args.sets)
+            res["compare_md"] = c["md"]
+            res["espnet_version"] = _espnet_version(args.espnet_venv)
+        if args.only in (None, "relpos"):
+            res["relpos"] = relpos_bench(args, env)
+    except PeersError as e:
+        print(f"asrkit bench peers: error: {e}", file=sys.stderr)
+        return 1
+    res["total_s"] = time.time() - t0
+    text = format_table(res)
+    print(text)
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "peers.json").write_text(json.dumps(res, indent=1, default=str))
+    if args.out:
+        from asrkit.utils import atomic_write
+
+        with atomic_write(args.out) as f:
+            f.write(text)
+    return 0
+
+
+def _save(path: Path, result: dict, res: dict) -> None:
+    run = {k: res[k] for k in ("steps", "sets", "audio_s", "train_durations", "cpu", "threads", "date", "decode_every",
+                               "n_utts") if k in res}
+    path.write_text(json.dumps({"run": run, "result": result}, default=str))
+
+

@@ -1,0 +1,197 @@
+"""The ESPnet2 ``asr_train`` config generated from asrkit's, and ESPnet's epochs x iterations plan."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from asrkit.bench.peers.common import PeersError
+
+
+def _espnet_scheduler(o, total: int) -> tuple[str | None, dict]:
+    """asrkit's ``optim.schedule`` as an ESPnet scheduler with the same learning-rate curve
+    (asrkit's step s = 1, 2, ... is ESPnet's ``last_epoch + 1``); ``total``: optimizer steps."""
+    if o.schedule == "constant":
+        return None, {}
+    if o.schedule == "warmup_cosine":  # ESPnet's warmup starts at min_lr, asrkit's at 0 (see the differences)
+        if o.warmup_steps >= total:
+            raise PeersError(f"optim.warmup_steps={o.warmup_steps} is not below the {total} steps of the budget; "
+                             "raise --steps or pass --asrkit-args optim.warmup_steps=N")
+        return "cosineannealingwarmuprestarts", {"first_cycle_steps": total, "max_lr": o.lr,
+                                                 "min_lr": o.lr * o.min_lr_ratio, "warmup_steps": max(1, o.warmup_steps)}
+    if o.schedule == "warmup_constant":  # lr * min(1, s / w): linear to lr, then flat
+        return "piecewiselinearwarmuplr", {"warmup_steps_list": [0, max(1, o.warmup_steps), 10**9],
+                                           "warmup_lr_list": [0.0, o.lr, o.lr]}
+    if o.schedule == "noam":  # lr * min(s / w, sqrt(w / s)) = ESPnet's WarmupLR
+        return "warmuplr", {"warmup_steps": max(1, o.warmup_steps)}
+    raise PeersError(f"optim.schedule={o.schedule!r} has no ESPnet equivalent here (constant, warmup_constant, "
+                     "noam, warmup_cosine have); pick one of those in the config for this comparison")
+
+
+def espnet_config(cfg, *, epochs: int, iters_per_epoch: int, typical_frames: int = 400,
+                  nbest: int | None = None) -> tuple[dict, list[str]]:
+    """The ESPnet2 ``asr_train`` config closest to asrkit's ``cfg`` (a :class:`asrkit.config.Config`),
+    and the list of differences that remain (one sentence each). ``epochs`` x ``iters_per_epoch``
+    optimizer steps. ``typical_frames``: the median training utterance in 10 ms frames (picks
+    which of asrkit's two time-mask caps ESPnet takes). ``nbest``: checkpoints ESPnet averages for
+    decoding when asrkit averages its weights (default: the better half of the epochs by dev loss,
+    at most 10)."""
+    e, f, s, o, t = cfg.encoder, cfg.features, cfg.specaug, cfg.optim, cfg.train
+    diffs: list[str] = []
+    if e.type != "transformer" or e.attention != "softmax":
+        raise PeersError(f"encoder.type={e.type!r}, encoder.attention={e.attention!r}: only the softmax Transformer "
+                         "has an ESPnet counterpart here")
+    if e.conv_kernel:
+        raise PeersError(f"encoder.conv_kernel={e.conv_kernel}: the Conformer layers are not mapped to ESPnet here (its "
+                         "conformer encoder differs: BatchNorm, macaron feed-forward); compare a Transformer config, "
+                         "e.g. egs/speechocean762/asr1/conf/train.yaml")
+    if cfg.decoder.type != "none":
+        raise PeersError(f"decoder.type={cfg.decoder.type!r}: this comparison is CTC only (decoder.type=none)")
+    if cfg.tokens.kind != "letters":
+        raise PeersError(f"tokens.kind={cfg.tokens.kind!r}: only letters (ESPnet token_type char) is mapped here")
+    if t.accum_grad != 1:
+        diffs.append(f"train.accum_grad={t.accum_grad} is kept as ESPnet's accum_grad")
+    sr = f.sample_rate
+    win, hop = round(f.win * sr), round(f.hop * sr)
+    conf: dict[str, Any] = {
+        "frontend": "default",
+        "frontend_conf": {"fs": sr, "n_fft": 1 << (win - 1).bit_length(), "win_length": win, "hop_length": hop,
+                          "n_mels": f.n_mels},
+        "normalize": "utterance_mvn" if f.cmvn else None,
+        "normalize_conf": {"norm_means": True, "norm_vars": True} if f.cmvn else {},
+        "encoder": "transformer",
+        "encoder_conf": {"output_size": e.d_model, "attention_heads": e.n_heads, "linear_units": e.d_ff,
+                         "num_blocks": e.n_layers, "dropout_rate": e.dropout, "positional_dropout_rate": e.dropout,
+                         "attention_dropout_rate": e.attn_dropout, "input_layer": "conv2d",
+                         "normalize_before": e.norm_first, "layer_drop_rate": e.layer_drop},
+        "model_conf": {"ctc_weight": 1.0},
+        "optim": o.name,
+        "optim_conf": {"lr": o.lr, "weight_decay": o.weight_decay, "eps": o.eps}
+        | ({"betas": list(o.betas)} if o.name in ("adam", "adamw") else {}),
+        "grad_clip": o.clip_grad if o.clip_grad > 0 else -1,
+        "accum_grad": t.accum_grad,
+        "batch_type": "length",
+        "batch_bins": int(cfg.data.max_duration * sr),
+        "max_epoch": epochs,
+        "num_iters_per_epoch": iters_per_epoch,
+        "num_workers": cfg.data.num_workers,
+        "seed": t.seed,
+        "log_interval": 1,
+        "best_model_criterion": [["valid", "loss", "min"]],
+        "keep_nbest_models": 1,
+        "num_att_plot": 0,
+    }
+    sched, sched_conf = _espnet_scheduler(o, epochs * iters_per_epoch)
+    if sched:
+        conf["scheduler"], conf["scheduler_conf"] = sched, sched_conf
+    if o.schedule == "warmup_cosine":
+        diffs.append(f"learning rate: the same warmup ({o.warmup_steps} steps) and cosine decay to {o.min_lr_ratio:g} x "
+                     "lr over the budget; ESPnet's CosineAnnealingWarmupRestarts warms up from that floor, asrkit's from 0")
+    if s.enabled:
+        conf["specaug"] = "specaug"
+        by_ratio = s.time_ratio * typical_frames < s.time_width  # the cap that binds for most utterances
+        conf["specaug_conf"] = {"apply_time_warp": False, "apply_freq_mask": True,
+                                "freq_mask_width_range": [0, s.freq_width], "num_freq_mask": s.freq_masks,
+                                "apply_time_mask": True, "num_time_mask": s.time_masks}
+        if by_ratio:
+            conf["specaug_conf"]["time_mask_width_ratio_range"] = [0.0, s.time_ratio]
+        else:
+            conf["specaug_conf"]["time_mask_width_range"] = [0, s.time_width]
+        diffs.append(f"SpecAugment time masks: asrkit caps each at min({s.time_width} frames, {s.time_ratio:g} x the "
+                     "utterance); ESPnet takes one cap, here "
+                     + (f"{s.time_ratio:g} x the batch's padded length (binding for the median utterance, "
+                        f"{typical_frames} frames)" if by_ratio else f"{s.time_width} frames")
+                     + "; ESPnet masks the log-mel features with 0 before its utterance normalization, asrkit "
+                     "after CMVN (0 = the mean)")
+    aug = getattr(cfg, "augment", None)  # asrkit's augment section (speed perturbation and more), where present
+    speed = [float(x) for x in (getattr(aug, "speed", None) or [])]
+    if speed:  # asrkit: each epoch each utterance at 1.0 or one of the factors, uniformly
+        conf["preprocessor_conf"] = {
+            "fs": sr,  # its data augmentation needs the sample rate (asserts fs > 0)
+            "data_aug_effects": [[1.0, "speed_perturb", {"factor": f}] for f in speed],
+            "data_aug_num": [1, 1], "data_aug_prob": len(speed) / (len(speed) + 1)}
+        diffs.append(f"speed perturbation {speed}: both draw 1.0 or one factor uniformly per utterance and epoch; "
+                     "asrkit resamples with Lhotse's perturb_speed, ESPnet with its preprocessor's speed_perturb "
+                     "effect (torchaudio resampling), and ESPnet batches by the unperturbed lengths")
+    for key in ("volume", "noise_prob", "reverb_prob"):
+        v = getattr(aug, key, None) if aug is not None else None
+        if v:
+            diffs.append(f"augment.{key}={v}: not given to ESPnet (no matching effect mapped here)")
+    if t.amp != "none":
+        diffs.append(f"train.amp={t.amp}: ESPnet trains in fp32 here (its use_amp is CUDA autocast)")
+    if e.activation != "relu":
+        diffs.append(f"encoder.activation={e.activation}: ESPnet's Transformer feed-forward is ReLU")
+    if t.ema_decay > 0:
+        span = 1.0 / (1.0 - t.ema_decay)
+        n = nbest or max(1, min(10, math.ceil(epochs / 2)))
+        conf["keep_nbest_models"] = n
+        diffs.append(f"weight averaging: asrkit decodes an exponential moving average of the weights (decay "
+                     f"{t.ema_decay:g}, e-folding ~{span:.0f} steps); ESPnet has none and averages its {n} best "
+                     f"epoch checkpoints by dev loss (valid.loss.ave, its standard way; {n} = the better half of "
+                     f"its {epochs} epochs, at most 10)")
+    elif nbest:
+        conf["keep_nbest_models"] = nbest
+    diffs += [
+        (f"frontend: asrkit 1-D conv (kernel {cfg.frontend.kernel}, stride {cfg.frontend.stride}) + GLU on the fbank; "
+         "ESPnet conv2d subsampling (two 3x3 Conv2d of stride 2 + ReLU, then a linear layer): the same 40 ms "
+         "per encoder frame at stride 4, more parameters (see the parameter counts)"
+         if cfg.frontend.type == "conv1d" else
+         f"frontend: asrkit conv2d subsampling ({cfg.frontend.channels} channels, padding kernel // 2, so "
+         "ceil(T / 4) frames); ESPnet's conv2d subsampling: {d} channels (encoder output_size), no padding "
+         "(((T - 1) // 2 - 1) // 2 frames)".replace("{d}", str(e.d_model)))
+        if cfg.frontend.stride == 4 else
+        f"frontend stride {cfg.frontend.stride}: ESPnet's conv2d subsampling has stride 4",
+        f"positional encoding: asrkit encoder.pos_enc={e.pos_enc}; ESPnet's Transformer encoder with conv2d input "
+        "always adds its sinusoidal absolute encoding (x sqrt(d)) after the subsampling",
+        f"dropout: ESPnet's conv2d subsampling drops out its output at encoder dropout_rate ({e.dropout:g}); asrkit's "
+        f"frontend at frontend.dropout ({cfg.frontend.dropout:g})",
+        "features: asrkit Kaldi-compatible fbank (Lhotse, povey window); ESPnet's default frontend (STFT, hann "
+        f"window, n_fft {conf['frontend_conf']['n_fft']}, log-mel): same {f.n_mels} mels, 25 ms / 10 ms",
+        "batches: asrkit's BucketingSampler (duration buckets), at most data.max_duration seconds per batch; ESPnet "
+        "batch_type length with batch_bins = max_duration x 16000 (samples, padded, + letters), the batch that "
+        "crosses the limit included",
+        "tokens: asrkit letters a-z, ' and a word boundary (lower-cased); ESPnet char tokens of the transcripts "
+        "as written, <space> for the word boundary",
+    ]
+    if not speed:
+        diffs.append("speed perturbation: off on both (as asrkit's config has it)")
+    if (f.dither or 0) > 0:
+        diffs.append(f"features.dither={f.dither}: ESPnet's default frontend has no dither")
+    return conf, diffs
+
+
+def config_lines(path: Path) -> int:
+    """Lines a user writes: non-blank lines that are not only a comment."""
+    return sum(1 for line in path.read_text().splitlines() if line.strip() and not line.strip().startswith("#"))
+
+
+def config_settings(path: Path) -> int:
+    """Settings in a YAML config: its leaf values (a list counts as one)."""
+    import yaml
+
+    def leaves(x) -> int:
+        return sum(leaves(v) for v in x.values()) if isinstance(x, dict) else 1
+
+    return leaves(yaml.safe_load(path.read_text()) or {})
+
+
+
+def batches_per_pass(durations: list[float], max_duration: float) -> int:
+    """ESPnet's length sampler on sorted durations (speech samples only): a batch closes on the
+    utterance that crosses ``max_duration`` (padded: size x longest)."""
+    n, cur, longest = 0, 0, 0.0
+    for d in sorted(durations):
+        cur += 1
+        longest = max(longest, d)
+        if cur * longest > max_duration:
+            n, cur, longest = n + 1, 0, 0.0
+    return n + (cur > 0)
+
+
+def plan_steps(steps: int, n_batch: int) -> tuple[int, int]:
+    """(epochs, iterations per epoch): about one epoch per pass over the data, E x I >= steps, the
+    smallest such product."""
+    e = max(1, round(steps / max(1, n_batch)))
+    return e, math.ceil(steps / e)
+
+

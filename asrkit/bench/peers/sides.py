@@ -1,0 +1,163 @@
+"""Running one side: measured commands, asrkit's and ESPnet's training and decoding."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from asrkit.bench.peers.common import ESPNET_RUN, NORM, REPO, PeersError
+from asrkit.bench.peers.espnet_config import espnet_config
+from asrkit.bench.peers.espnet_output import (
+    espnet_hyps_to_records,
+    write_espnet_decode_dir,
+)
+
+_WRAP = (
+    "import json,resource,subprocess,sys,time\n"
+    "t=time.time();rc=subprocess.call(sys.argv[2:]);w=time.time()-t\n"
+    "u=resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+    "json.dump({'rc':rc,'start':t,'wall_s':w,'peak_rss_bytes':u.ru_maxrss*1024,'cpu_s':u.ru_utime+u.ru_stime},"
+    "open(sys.argv[1],'w'))\n"
+)
+
+
+def measured(cmd: list[str], log: Path, env: dict, what: str, cwd: Path = REPO) -> dict:
+    """Run ``cmd`` (output to ``log``) under a wrapper process; wall time, start time and the peak
+    resident set of the largest process it waited for. Raises with the log's tail on failure."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    res = log.with_suffix(".measure.json")
+    print(f"[peers] {what}: {' '.join(str(c) for c in cmd)}", file=sys.stderr, flush=True)
+    with open(log, "w") as f:
+        subprocess.run([sys.executable, "-c", _WRAP, str(res), *map(str, cmd)], stdout=f, stderr=subprocess.STDOUT,
+                       env=env, cwd=cwd)
+    r = json.loads(res.read_text())
+    if r["rc"] != 0:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-25:])
+        raise PeersError(f"{what} failed (exit {r['rc']}); last lines of {log}:\n{tail}")
+    print(f"[peers] {what}: {r['wall_s']:.1f} s, peak RSS {r['peak_rss_bytes'] / 2**20:.0f} MiB", file=sys.stderr,
+          flush=True)
+    return r
+
+
+def _log_time(line: str) -> float | None:
+    m = re.search(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})", line)
+    if not m:
+        return None
+    return datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").timestamp() + int(m.group(2)) / 1000
+
+
+def first_step_time(log: Path, pattern: str) -> float | None:
+    """Timestamp (epoch seconds, local clock) of the first log line matching ``pattern``."""
+    rx = re.compile(pattern)
+    for line in log.read_text(errors="replace").splitlines():
+        if rx.search(line):
+            return _log_time(line)
+    return None
+
+
+# ---------------------------------------------------------------------------- the two sides
+
+
+def _env(threads: int) -> dict:
+    n = str(threads)
+    return dict(os.environ, OMP_NUM_THREADS=n, MKL_NUM_THREADS=n, PYTHONUNBUFFERED="1")
+
+
+def run_asrkit(a, cfg_path: Path, steps: int, work: Path, env: dict) -> dict:
+    w = work / "asrkit"
+    exp = work / "exps" / "asrkit"
+    man, tok = w / "manifests", w / "tokens.json"
+    out: dict[str, Any] = {}
+    asrkit = [sys.executable, "-m", "asrkit"]
+    out["prepare"] = measured([*asrkit, "prepare", "kaldi", "--corpus-dir", str(work / "data"), "--out", str(man),
+                               "--parts", a.train, a.dev, *a.sets, "--name", "peers"], w / "logs" / "prepare.log", env,
+                              "asrkit prepare kaldi")
+    out["tokens"] = measured([*asrkit, "tokens", "--cuts", str(man / f"peers_cuts_{a.train}.jsonl.gz"), "--kind", "letters",
+                              "--out", str(tok)], w / "logs" / "tokens.log", env, "asrkit tokens")
+    shutil.rmtree(exp, ignore_errors=True)
+    train_log = w / "logs" / "train.log"
+    out["train"] = measured([*asrkit, "train", "--config", str(cfg_path), "--exp-dir", str(exp), "data.corpus=peers",
+                             f"data.manifest_dir={man}", f"data.train_sets=[{a.train}]", f"data.dev_set={a.dev}",
+                             "tokens.kind=letters", f"tokens.path={tok}", "data.features=on_the_fly",
+                             f"train.max_steps={steps}", "train.max_minutes=0", f"train.threads={a.threads}",
+                             "train.log_interval=1", *a.asrkit_args], train_log, env, "asrkit train")
+    t1 = first_step_time(train_log, r"step 1: loss")
+    out["first_step_s"] = None if t1 is None else t1 - out["train"]["start"]
+    info = json.loads((exp / "train_info.json").read_text())
+    out["info"] = info
+    out["epochs_validated"] = len(re.findall(r"dev loss", train_log.read_text()))
+    out["params"] = _asrkit_params(train_log)
+    out["decode"] = {}
+    for s in a.sets:
+        out["decode"][s] = measured([*asrkit, "decode", "--exp-dir", str(exp), "--sets", s, "--norm", NORM,
+                                     "decode.method=greedy"], w / "logs" / f"decode_{s}.log", env, f"asrkit decode {s}")
+    return out
+
+
+def _asrkit_params(log: Path) -> float | None:
+    m = re.search(r"model: ([\d.]+) M parameters", log.read_text(errors="replace"))
+    return float(m.group(1)) * 1e6 if m else None
+
+
+def run_espnet(a, cfg, steps_e: int, iters: int, work: Path, env: dict, typical_frames: int) -> dict:
+    py = str(REPO / a.espnet_venv / "bin" / "python")
+    w = work / "espnet"
+    conf, diffs = espnet_config(cfg, epochs=steps_e, iters_per_epoch=iters, typical_frames=typical_frames)
+    import yaml
+
+    w.mkdir(parents=True, exist_ok=True)
+    conf_path = w / "train.yaml"
+    conf_path.write_text("# generated by python -m asrkit.bench peers from " + str(a.config) + "\n"
+                         + yaml.safe_dump(conf, sort_keys=False))
+    base = [py, str(REPO / ESPNET_RUN)]
+    common = ["--work", str(w), "--data", str(work / "data"), "--config", str(conf_path), "--train", a.train,
+              "--dev", a.dev]
+    out: dict[str, Any] = {"config": conf, "diffs": diffs, "config_path": str(conf_path)}
+    shutil.rmtree(w / "exp", ignore_errors=True)
+    shutil.rmtree(w / "decode", ignore_errors=True)
+    out["tokens"] = measured([*base, "tokens", *common], w / "logs" / "run_tokens.log", env, "espnet tokens")
+    out["stats"] = measured([*base, "stats", *common], w / "logs" / "run_stats.log", env, "espnet collect_stats")
+    out["train"] = measured([*base, "train", *common], w / "logs" / "run_train.log", env, "espnet train")
+    train_log = w / "logs" / "train.log"
+    text = train_log.read_text(errors="replace")
+    t1 = first_step_time(train_log, r"1epoch:train:1-1batch")
+    out["first_step_s"] = None if t1 is None else t1 - out["train"]["start"]
+    m = re.search(r"\[train\] mini-batch sizes summary: N-batch=(\d+)", text)
+    out["n_batch"] = int(m.group(1)) if m else None
+    m = re.search(r"Model summary:.*?Number of trainable parameters: *([\d,.]+) *(\w)?", text, re.DOTALL)
+    if m:
+        val = float(m.group(1).replace(",", ""))
+        out["params"] = val * {"M": 1e6, "K": 1e3, None: 1}.get(m.group(2), 1)
+    # log_interval 1: one line per step, its train_time the step's wall time (loading included)
+    step_times = [float(x) for x in re.findall(r"\d+epoch:train:\d+-\d+batch:.*?train_time=([\d.e+-]+)", text)]
+    out["step_times"] = step_times
+    out["epochs_validated"] = len(re.findall(r"epoch results: ", text))
+    out["decode"] = {}
+    for s in a.sets:
+        r = measured([*base, "decode", *common, "--tests", s], w / "logs" / f"run_decode_{s}.log", env,
+                     f"espnet decode {s}")
+        out["decode"][s] = r
+        durs = json.loads((work / "data" / s / "durations.json").read_text())
+        recs = espnet_hyps_to_records(w / "decode" / s / "1best_recog" / "text", work / "data" / s / "text", durs)
+        d = work / "exps" / "espnet" / f"decode_{s}"
+        write_espnet_decode_dir(d, recs, s, r["wall_s"], r["peak_rss_bytes"], list(cfg.decode.bins),
+                                "valid.loss.ave.pth", 0, a.threads)
+        from asrkit.scoring.report import score_dir
+
+        score_dir(d, bins=cfg.decode.bins, normalizer=NORM)
+    return out
+
+
+
+def _espnet_version(venv: Path) -> str:
+    p = subprocess.run([str(REPO / venv / "bin" / "python"), "-c",
+                        "import importlib.metadata as m; print(m.version('espnet'))"], capture_output=True, text=True)
+    return p.stdout.strip()
+
+

@@ -1,0 +1,152 @@
+"""The Markdown table of a run, and the WER cells from ``asrkit compare``."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from asrkit.bench.peers.common import NORM, REPO, PeersError
+
+
+def _fmt(x: float | None, spec: str = ".2f", unit: str = "") -> str:
+    return "-" if x is None else f"{x:{spec}}{unit}"
+
+
+def _cpu_name() -> str:
+    from asrkit.utils import cpu_model
+
+    return cpu_model() or "unknown CPU"
+
+
+def format_table(res: dict) -> str:
+    L: list[str] = []
+    a, e = res.get("asrkit"), res.get("espnet")
+    if a and e:
+        L += [f"## ASR: asrkit vs ESPnet {res.get('espnet_version', '')} ({res['steps']} optimizer steps each)", ""]
+        cmp = res.get("compare", {})
+        L += ["| | asrkit | ESPnet | ESPnet / asrkit |", "|---|---:|---:|---:|"]
+        for s in res["sets"]:
+            c = cmp.get(s, {})
+            L.append(f"| WER % {s} [95 % interval]; last column: asrkit - ESPnet [interval] p MAPSSWE / sign | "
+                     f"{c.get('asrkit', '-')} | {c.get('espnet', '-')} | {c.get('diff', '-')} |")
+        ai, ae = a["info"], e
+        a_aps = ai["audio_sec_per_sec"]
+        a_ps = ai["audio_seconds"] / max(1, ai["steps"])
+        e_ps = res.get("espnet_audio_per_step")
+        e_tt = sum(ae["step_times"]) if ae.get("step_times") else None
+        e_aps = None if not (e_ps and e_tt) else e_ps * res["steps"] / e_tt
+        a_cmd = ai["audio_seconds"] / a["train"]["wall_s"]
+        e_cmd = None if not e_ps else e_ps * res["steps"] / e["train"]["wall_s"]
+        a_cpu, e_cpu = a["train"].get("cpu_s"), e["train"].get("cpu_s")
+        rows = [
+            ("training: CPU-s per step (whole training command, all threads; robust to other load)",
+             None if a_cpu is None else a_cpu / res["steps"], None if e_cpu is None else e_cpu / res["steps"], ".2f"),
+            ("training: audio-s per CPU-s (whole training command)", None if a_cpu is None else ai["audio_seconds"] / a_cpu,
+             None if not (e_cpu and e_ps) else e_ps * res["steps"] / e_cpu, ".1f"),
+            ("training: audio-s per wall-s (training steps only)", a_aps, e_aps, ".1f"),
+            ("training: audio-s per wall-s (whole command: start-up, validation, checkpoints)", a_cmd, e_cmd, ".1f"),
+            ("training: audio-s per step", a_ps, e_ps, ".1f"),
+            ("training: wall time of the command (s)", a["train"]["wall_s"], e["train"]["wall_s"], ".0f"),
+            ("training: peak memory (MiB, largest process)", a["train"]["peak_rss_bytes"] / 2**20,
+             e["train"]["peak_rss_bytes"] / 2**20, ".0f"),
+            ("time to first step: training command start -> first step (s)", a["first_step_s"], e["first_step_s"], ".1f"),
+            ("time to first step incl. preparation (asrkit prepare kaldi + tokens; ESPnet tokens + collect_stats) (s)",
+             None if a["first_step_s"] is None else a["first_step_s"] + a["tokens"]["wall_s"]
+             + a.get("prepare", {}).get("wall_s", 0.0),
+             None if e["first_step_s"] is None else e["first_step_s"] + e["tokens"]["wall_s"] + e["stats"]["wall_s"], ".1f"),
+        ]
+        for s in res["sets"]:
+            au = res["audio_s"][s]
+            rows.append((f"decoding RTF {s} (whole command / audio; batch 1)", a["decode"][s]["wall_s"] / au,
+                         e["decode"][s]["wall_s"] / au, ".4f"))
+            if "cpu_s" in a["decode"][s] and "cpu_s" in e["decode"][s]:
+                rows.append((f"decoding CPU-s per audio-s {s} (whole command)", a["decode"][s]["cpu_s"] / au,
+                             e["decode"][s]["cpu_s"] / au, ".4f"))
+        rows += [
+            ("parameters (millions, as each toolkit logs them)", None if a.get("params") is None else a["params"] / 1e6,
+             None if e.get("params") is None else e["params"] / 1e6, ".2f"),
+            ("lines of configuration the user writes (training YAML, comments and blank lines not counted)",
+             res["config_lines"]["asrkit"], res["config_lines"]["espnet"], "d"),
+            ("settings in that YAML (leaf values)", res["config_settings"]["asrkit"],
+             res["config_settings"]["espnet"], "d"),
+            ("validation passes during training", a["epochs_validated"], e["epochs_validated"], "d"),
+        ]
+        for label, x, y, spec in rows:
+            ratio = "-" if x in (None, 0) or y is None else f"{y / x:.2f}x"
+            L.append(f"| {label} | {_fmt(x, spec)} | {_fmt(y, spec)} | {ratio} |")
+        every = res.get("decode_every", 1)
+        L += ["", "Test sets decoded: " + ", ".join(
+            f"{s} {res['n_utts'][s]} utterances, {res['audio_s'][s] / 3600:.2f} h" for s in res["sets"])
+            + ("" if every == 1 else f" (every {every}th utterance of each set in sorted order)") + ". Training: "
+            f"{len(res['train_durations'])} utterances, {sum(res['train_durations']) / 3600:.2f} h. Decoding: asrkit "
+            "greedy CTC; ESPnet greedy CTC through its Python inference API (Speech2Text, CTC.argmax); no language "
+            "model on either side (the recipe's word 3-gram TLG graph has no ESPnet counterpart); both scored by "
+            f"asrkit's scorer (normalizer `{NORM}`).", "",
+            "Differences that could not be removed:", ""] + [f"- {d}" for d in e["diffs"]] + [""]
+    r = res.get("relpos")
+    if r:
+        sp = r["spec"]
+        L += [f"## relpos attention micro-benchmark (T = {sp['T']}, d = {sp['d']}, {sp['heads']} heads, batch "
+              f"{sp['batch']}, forward + backward, {sp['threads']} threads)", "",
+              "| | asrkit relpos | ESPnet RelPositionMultiHeadedAttention | ESPnet / asrkit |", "|---|---:|---:|---:|",
+              f"| time (ms, median) | {r['asrkit']['time_ms']:.1f} | {r['espnet']['time_ms']:.1f} | "
+              f"{r['time_ratio']:.2f}x (paired) |",
+              f"| fastest step (ms; the least disturbed by other load) | {r['asrkit']['min_ms']:.1f} | "
+              f"{r['espnet']['min_ms']:.1f} | {r['espnet']['min_ms'] / r['asrkit']['min_ms']:.2f}x |",
+              f"| process CPU time (ms, median) | {r['asrkit']['cpu_ms']:.1f} | {r['espnet']['cpu_ms']:.1f} | "
+              f"{r['espnet']['cpu_ms'] / r['asrkit']['cpu_ms']:.2f}x |",
+              f"| peak memory of the step (MiB) | {r['asrkit']['peak_mb']:.1f} | {r['espnet']['peak_mb']:.1f} | "
+              f"{r['mem_ratio']:.2f}x |",
+              f"| parameters | {r['asrkit']['params']:,} | {r['espnet']['params']:,} | - |", "",
+              f"{len(r['rounds'])} paired rounds of {sp['reps']} steps each (fresh processes, random order; "
+              f"ESPnet / asrkit per round: {', '.join(f'{x:.2f}' for x in r.get('round_ratios', []))}); "
+              f"memory: peak RSS increase of one step in a fresh process. asrkit: Shaw et al.'s key term, one learned "
+              f"table of lags up to +-{r['asrkit_max_lag']} frames ({sp['frame_step']} s per frame, encoder.pos "
+              "defaults), its compiled CPU kernel; ESPnet: Transformer-XL form (sinusoidal positions for all 2T-1 "
+              "lags, linear_pos, pos_bias_u/v, rel_shift).", ""]
+    L += [f"Machine: {res.get('cpu', _cpu_name())}, {res.get('threads', '-')} threads per side, measured "
+          f"{res.get('date', '')}; total wall time of the run {res.get('total_s', 0):.0f} s.", ""]
+    return "\n".join(L)
+
+
+def _compare(work: Path, sets: list[str]) -> dict:
+    """``asrkit compare`` of the two experiment dirs, ESPnet as the baseline: per set the WER cells
+    and the difference with its significance, from its compare.json."""
+    out = work / "compare"
+    cmd = [sys.executable, "-m", "asrkit", "compare", str(work / "exps" / "asrkit"), str(work / "exps" / "espnet"),
+           "--names", "asrkit,espnet", "--baseline", "espnet", "--sets", ",".join(sets), "--out", str(out)]
+    p = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=REPO)
+    if p.returncode != 0:
+        raise PeersError(f"asrkit compare failed:\n{p.stderr[-2000:]}")
+    doc = json.loads((out / "compare.json").read_text())
+    return {"doc": doc, "md": (out / "compare.md").read_text()}
+
+
+
+def compare_cells(doc: dict, sets: list[str]) -> dict:
+    """Per set, from ``asrkit compare``'s compare.json (ESPnet the baseline): the two WER cells
+    ``WER [low, high]`` and the difference asrkit - ESPnet ``delta [low, high] p MAPSSWE / sign``
+    with the significance mark."""
+    def f(x, nd=1):
+        return "-" if x is None else f"{x:.{nd}f}"
+
+    def p(x):
+        return "-" if x is None else "<0.001" if x < 0.001 else f"{x:.3f}"
+
+    out: dict[str, dict] = {}
+    for t in doc["tables"]:
+        if t["name"] not in sets:
+            continue
+        cells = {}
+        for name in ("asrkit", "espnet"):
+            c = t["rows"].get(name, {}).get("all")
+            cells[name] = "-" if not c or c["wer"] is None else f"{c['wer']:.2f} [{f(c['low'])}, {f(c['high'])}]"
+            if c:
+                cells[name + "_wer"] = c["wer"]
+        v = t["vs"].get("espnet", {}).get("asrkit", {}).get("all")
+        cells["diff"] = "-" if not v or v["delta"] is None else (
+            f"{v['delta']:+.2f} [{f(v['low'])}, {f(v['high'])}] p {p(v['mapsswe_p'])} / {p(v['sign_p'])}"
+            + (f" {v['mark']}" if v.get("mark") else ""))
+        out[t["name"]] = cells
+    return out
