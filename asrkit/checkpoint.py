@@ -16,16 +16,26 @@ rename and the index write) is still found: its progress is read from the file i
 Names: ``step-<8 digits>.pt`` (every ``train.ckpt_every_steps`` steps, and at the end) and
 ``epoch-<4 digits>.pt`` (end of each epoch; the number is the epoch just completed).
 ``averaged.pt`` (``asrkit average``) is never a resume candidate.
+
+Reading: every checkpoint is read by :func:`load_state`, PyTorch's restricted unpickler
+(``torch.load(weights_only=True)``): tensors, numbers, strings, lists, tuples and dicts, plus the
+numpy arrays of the RNG states of checkpoints written before asrkit stored them as tensors
+(:data:`SAFE_GLOBALS`). A file whose pickle names anything else (a function, a class: what a
+file from someone else would use to run code) is refused with :class:`UnsafeFileError`, a
+truncated or corrupt one with :class:`CheckpointError`; nothing asrkit writes needs more.
 """
 from __future__ import annotations
 
 import json
 import logging
+import pickle
 import re
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Optional
 
+import numpy as np
 import torch
 
 from asrkit.utils import atomic_path, atomic_write
@@ -33,6 +43,96 @@ from asrkit.utils import atomic_path, atomic_write
 logger = logging.getLogger(__name__)
 
 _NAME = re.compile(r"^(step|epoch)-(\d+)\.pt$")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be read (truncated, corrupt, not a PyTorch file, not a dict)."""
+
+
+class UnsafeFileError(ValueError):
+    """A file whose pickle names code (a function or class outside the allow-list): refused, never unpickled."""
+
+
+def _numpy_globals() -> list:
+    """The numpy callables an ``np.random.get_state()`` array pickles with (under both numpy 1's and
+    numpy 2's module names), for checkpoints written before RNG states were stored as tensors."""
+    core = getattr(np, "_core", None) or np.core
+    rec = core.multiarray._reconstruct
+    scalar = core.multiarray.scalar
+    return [(rec, "numpy.core.multiarray._reconstruct"), (rec, "numpy._core.multiarray._reconstruct"),
+            (scalar, "numpy.core.multiarray.scalar"), (scalar, "numpy._core.multiarray.scalar"),
+            np.ndarray, np.dtype, *[type(np.dtype(c)) for c in ("u4", "i8", "f8")]]
+
+
+#: what :func:`load_state` lets the restricted unpickler build besides tensors and plain data:
+#: numpy arrays and scalars (data: ``_reconstruct`` allocates an array, ``__setstate__`` fills it
+#: from bytes, an object array's items go through the same restricted unpickler)
+SAFE_GLOBALS = _numpy_globals()
+_ALLOWED_NAMES = {n for g in SAFE_GLOBALS for n in ([g[1]] if isinstance(g, tuple) else
+                                                      [f"{g.__module__}.{g.__qualname__}"])}
+
+
+def unsafe_globals(path: Path | str) -> list[str]:
+    """The functions and classes the pickle of ``path`` names that :func:`load_state` does not
+    allow (read from the pickle's opcodes, nothing is run); ``[]`` when that cannot be told."""
+    try:
+        names = torch.serialization.get_unsafe_globals_in_checkpoint(path)
+    except Exception:  # noqa: BLE001 - a plain pickle (not torch's zip format): read its opcodes
+        names = _pickle_globals(path)
+    return [n for n in names if n not in _ALLOWED_NAMES]
+
+
+def _pickle_globals(path: Path | str) -> list[str]:
+    """``module.name`` of every GLOBAL / STACK_GLOBAL of a plain pickle file (opcodes only)."""
+    import pickletools
+
+    names, strings = [], []
+    try:
+        with open(path, "rb") as f:
+            for op, arg, _ in pickletools.genops(f):
+                if op.name == "GLOBAL":
+                    names.append(str(arg).replace(" ", "."))
+                elif op.name == "STACK_GLOBAL" and len(strings) >= 2:
+                    names.append(f"{strings[-2]}.{strings[-1]}")
+                elif isinstance(arg, str):
+                    strings.append(arg)
+    except Exception:  # noqa: BLE001 - what was read so far is named
+        pass
+    return names
+
+
+def refusal(path: Path | str, e: BaseException, what: str = "checkpoint") -> ValueError:
+    """The one-line error for a file ``torch.load(weights_only=True)`` failed on with ``e``."""
+    if isinstance(e, pickle.UnpicklingError):
+        names = unsafe_globals(path) or re.findall(r"GLOBAL ([\w.]+)", str(e))
+        named = (f"its pickle names {', '.join(dict.fromkeys(names))}, which is code, not data" if names else
+                 "its pickle builds objects that are not data")
+        return UnsafeFileError(f"{what} {path} is refused: {named} (a file from someone else "
+                               "can run code when unpickled); asrkit reads weights as tensors and plain data only "
+                               "and never runs code from a file")
+    first = str(e).strip().splitlines()[0].split(". ")[0] if str(e).strip() else type(e).__name__
+    if isinstance(e, OSError):
+        return CheckpointError(f"cannot read {what} {path}: {e.strerror or first}")
+    return CheckpointError(f"{what} {path} is truncated or corrupt, or not a PyTorch file ({type(e).__name__}: "
+                           f"{first[:200]}); use an intact copy")
+
+
+def load_state(path: Path | str, map_location: Any = "cpu", mmap: bool = False, what: str = "checkpoint") -> dict:
+    """A checkpoint (or any dict ``torch.save`` wrote) read as data only: ``torch.load(weights_only=True)``
+    allowing :data:`SAFE_GLOBALS`. Raises :class:`UnsafeFileError` for a pickle that names code and
+    :class:`CheckpointError` for a file that is not a readable checkpoint (both one line naming it)."""
+    try:
+        with torch.serialization.safe_globals(SAFE_GLOBALS), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*pickle protocol.*")  # (a plain pickle: refused below)
+            st = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
+    except FileNotFoundError:
+        raise
+    except Exception as e:  # noqa: BLE001 - every failure becomes one line naming the file
+        raise refusal(path, e, what) from None
+    if not isinstance(st, dict):
+        raise CheckpointError(f"{what} {path} holds a {type(st).__name__}, not an asrkit checkpoint (a dict with "
+                              "model, config, vocab)")
+    return st
 
 
 def checkpoint_dir(exp_dir: Path | str) -> Path:
@@ -166,8 +266,8 @@ def checkpoint_index(exp_dir: Path | str) -> dict:
 
 def _read_entry(p: Path) -> Optional[dict]:
     try:
-        st = torch.load(p, map_location="cpu", weights_only=False, mmap=True)
-    except Exception as e:  # truncated / corrupt / not a zip file
+        st = load_state(p, mmap=True)
+    except (CheckpointError, UnsafeFileError, OSError) as e:  # truncated / corrupt / not a zip file / refused
         logger.warning("checkpoint %s is unreadable (%s)", p, e)
         return None
     prog = progress_of(st)
@@ -213,11 +313,12 @@ def remove_stale_temporaries(exp_dir: Path | str) -> list[str]:
 
 
 def load_latest(exp_dir: Path | str, map_location: Any = "cpu") -> tuple[Optional[dict], Optional[Path]]:
-    """The newest checkpoint that loads; unreadable ones are reported and skipped."""
+    """The newest checkpoint that loads; unreadable ones (truncated by a crash) are reported and
+    skipped. One that names code (:class:`UnsafeFileError`: not written by asrkit) is refused."""
     for p in reversed(list_checkpoints(exp_dir)):
         try:
-            return torch.load(p, map_location=map_location, weights_only=False), p
-        except Exception as e:  # truncated / corrupt file
+            return load_state(p, map_location=map_location), p
+        except (CheckpointError, OSError) as e:  # truncated / corrupt file
             logger.warning("checkpoint %s is unreadable (%s); trying an older one", p, e)
     return None, None
 

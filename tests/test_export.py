@@ -60,7 +60,7 @@ def test_package_is_self_contained(tmp_path, speech, monkeypatch):
                  "the exponential moving average"):
         assert part in readme, part
     meta = json.loads((moved / "asrkit-model.json").read_text())
-    assert meta["format"] == 1 and meta["source"]["ema"] is True
+    assert meta["format"] == 2 and meta["source"]["ema"] is True
     # --checkpoint avg: the averaged weights (asrkit average writes checkpoints/averaged.pt)
     avg = {"model": {k: v + 0.02 if v.is_floating_point() else v for k, v in st["model"].items()},
            "config": st["config"], "vocab": st["vocab"], "step": 1, "averaged_from": ["epoch-0001.pt", "epoch-0002.pt"]}
@@ -68,7 +68,9 @@ def test_package_is_self_contained(tmp_path, speech, monkeypatch):
     exp2 = H.random_exp(tmp_path / "recipe2", TINY)
     shutil.copy(moved.parent / "averaged.pt", exp2 / "checkpoints" / "averaged.pt")
     assert cli(["export", "--exp-dir", str(exp2), "--out", str(tmp_path / "pkg_avg"), "--checkpoint", "avg"]) == 0
-    weights = torch.load(tmp_path / "pkg_avg" / "model.pt", weights_only=False)["model"]
+    from safetensors.torch import load_file
+
+    weights = load_file(tmp_path / "pkg_avg" / "model.safetensors")
     assert all(torch.equal(weights[k], avg["model"][k]) for k in weights)
     assert "the average of epoch-0001.pt, epoch-0002.pt" in (tmp_path / "pkg_avg" / "README.md").read_text()
     # a directory that is not a package is never overwritten

@@ -5,23 +5,34 @@
 A package holds
 
 ==========================  ==================================================================
-``asrkit-model.json``       what this is: format, source experiment, checkpoint, weights kind
-``config.yaml``             the resolved config; ``tokens.path`` and ``decode.lm`` relative to the package
+``asrkit-model.json``       what this is: format, asrkit version, source experiment, checkpoint,
+                            weights kind, the SHA-256 of the weights file
+``model.safetensors``       the weights decoding uses (the moving average of a run with
+                            ``train.ema_decay``, or the averaged checkpoint): safetensors, data only
+``model.json``              the resolved config and the vocabulary the weights were trained with
+``config.yaml``             the same config, to read; ``tokens.path`` and ``decode.lm`` relative to the package
 ``tokenizer.json``          the tokenizer
-``model.pt``                the weights decoding uses (the moving average of a run with
-                            ``train.ema_decay``, or the averaged checkpoint), vocabulary, config
 ``lm/``                     the decoding graph (``decode.method=wfst``) or ARPA LM (``prefix_beam``), if any
 ``README.md``               training data, test WER table, and the commands that produced them
 ``model.onnx``, ``tokens.txt``  with ``--onnx`` (see :mod:`asrkit.inference.onnx`)
 ==========================  ==================================================================
 
-Loading a package (:func:`load_package`) reads nothing outside it.
+Loading a package (:func:`load_package`) reads nothing outside it and unpickles nothing: the
+weights are safetensors, everything else JSON (format 2). Packages of format 1 (asrkit before
+format 2: ``model.pt``, a pickle of weights, vocabulary and config) are read only with
+``allow_pickle=True`` (``asrkit transcribe --allow-pickle``), and even then through PyTorch's
+restricted unpickler (tensors and plain data; a pickle that names code is refused);
+``asrkit export --exp-dir OLD_PACKAGE --out NEW --allow-pickle`` rewrites one as format 2. Every
+broken package (a file missing, truncated or corrupt, a key missing or of the wrong type, weights
+of another model, a vocabulary that does not fit the output layer, an unknown or newer format) is
+refused with one line naming the file and what is wrong (:class:`PackageError`).
 :func:`asrkit.model.loading.load_experiment` loads the same weights from an experiment directory.
 """
 from __future__ import annotations
 
 import datetime
 import gzip
+import hashlib
 import json
 import logging
 import os
@@ -32,34 +43,155 @@ import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
-import torch
-
 from asrkit.model.loading import experiment_state, find_path, instantiate
 from asrkit.schema import ConfigError
 
 logger = logging.getLogger(__name__)
 
 PACKAGE_FILE = "asrkit-model.json"
-FORMAT = 1
+WEIGHTS_FILE = "model.safetensors"
+MODEL_FILE = "model.json"
+PICKLE_FILE = "model.pt"  #: format 1's weights, vocabulary and config (a pickle)
+#: the package format this asrkit writes (2: safetensors + JSON; 1: model.pt, a pickle)
+FORMAT = 2
+ALLOW_PICKLE = "--allow-pickle"  #: the option that lets a format 1 package be read (its name in messages)
+
+
+class PackageError(ValueError):
+    """A package that cannot be loaded; the message is one line naming the file and what is wrong."""
 
 
 def is_package(path: Path | str) -> bool:
     return (Path(path) / PACKAGE_FILE).is_file()
 
 
-def load_package(pkg: Path | str, device: str = "cpu"):
-    """(model, config, tokenizer, info) from a package directory; nothing outside it is read."""
+def _json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise PackageError(f"{path} is missing: the package is incomplete (copy it whole, or export it again)") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        where = f" (line {e.lineno} column {e.colno}: {e.msg})" if isinstance(e, json.JSONDecodeError) else ""
+        raise PackageError(f"{path} is not valid JSON{where}: the file is truncated or corrupt") from None
+
+
+def read_meta(pkg: Path | str) -> dict:
+    """``asrkit-model.json`` of a package, its format checked (one this asrkit reads)."""
+    path = Path(pkg) / PACKAGE_FILE
+    meta = _json(path)
+    if not isinstance(meta, dict):
+        raise PackageError(f"{path} holds a JSON {type(meta).__name__}, not an object with the package's format")
+    fmt = meta.get("format")
+    if not isinstance(fmt, int) or isinstance(fmt, bool) or fmt < 1:
+        raise PackageError(f"{path}: unknown package format {fmt!r} (asrkit packages have format 1 or {FORMAT})")
+    if fmt > FORMAT:
+        raise PackageError(f"{path}: package format {fmt}, written by a newer asrkit "
+                           f"({meta.get('asrkit_version', '?')}); this asrkit ({_version()}) reads formats up to "
+                           f"{FORMAT}: upgrade asrkit to load it")
+    return meta
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _read_weights(path: Path, sha256: Optional[str]) -> dict:
+    """The tensors of a safetensors file (read as data: a header of JSON, then raw bytes)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    if not path.is_file():
+        raise PackageError(f"{path} is missing: the package is incomplete (copy it whole, or export it again)")
+    if sha256 is not None and _sha256(path) != sha256:
+        raise PackageError(f"{path} is corrupt or truncated: its SHA-256 is not the one {PACKAGE_FILE} records "
+                           f"({path.stat().st_size} bytes); copy the package again")
+    try:
+        return load_file(path, device="cpu")
+    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise PackageError(f"{path} is not a readable safetensors file ({first}); it is truncated or corrupt: "
+                           "copy the package again") from None
+
+
+def _check_model_json(path: Path, st: Any) -> dict:
+    if not isinstance(st, dict):
+        raise PackageError(f"{path} holds a JSON {type(st).__name__}, not an object with config and vocab")
+    for key, kind in (("config", dict), ("vocab", list)):
+        if key not in st:
+            raise PackageError(f"{path} lacks {key!r}")
+        if not isinstance(st[key], kind):
+            raise PackageError(f"{path}: {key!r} is a {type(st[key]).__name__}, not a JSON "
+                               f"{'object' if kind is dict else 'array'}")
+    if not all(isinstance(t, str) for t in st["vocab"]):
+        raise PackageError(f"{path}: 'vocab' must be a list of strings (the tokens)")
+    for sec, key in (("tokens", "path"), ("decode", "lm")):
+        if not isinstance(st["config"].get(sec), dict) or not isinstance(st["config"][sec].get(key, ""), str):
+            raise PackageError(f"{path}: config.{sec}.{key} is missing or not a string")
+    return st
+
+
+def read_state(pkg: Path | str, allow_pickle: bool = False) -> tuple[dict, dict]:
+    """``({"model", "config", "vocab"}, meta)`` of a package, read as data, every file checked;
+    ``allow_pickle``: a format 1 package's ``model.pt`` may be read (restricted unpickler)."""
+    from asrkit.checkpoint import load_state
+
     pkg = Path(pkg)
-    meta = json.loads((pkg / PACKAGE_FILE).read_text())
-    if meta.get("format") != FORMAT:
-        raise ValueError(f"{pkg}: package format {meta.get('format')!r}; this asrkit reads format {FORMAT}")
-    st = torch.load(pkg / "model.pt", map_location="cpu", weights_only=False)
+    meta = read_meta(pkg)
+    if meta["format"] == 1:
+        old = pkg / PICKLE_FILE
+        if not allow_pickle:
+            raise PackageError(
+                f"{old}: a package of format 1, whose weights are a pickle (a file that can run code when loaded); "
+                f"asrkit does not read one unless told to: if you trust where {pkg} came from, add {ALLOW_PICKLE} "
+                f"(load_model(..., allow_pickle=True)), or convert it once: asrkit export --exp-dir {pkg} --out NEW "
+                f"{ALLOW_PICKLE}")
+        if not old.is_file():
+            raise PackageError(f"{old} is missing: the package is incomplete (copy it whole, or export it again)")
+        try:
+            st = load_state(old, what="package weights")  # tensors and plain data only, even when allowed
+        except ValueError as e:
+            raise PackageError(str(e)) from None
+        if not isinstance(st.get("model"), dict):
+            raise PackageError(f"{old} lacks the weights ('model')")
+        out = _check_model_json(old, {k: st[k] for k in ("config", "vocab") if k in st})
+        out["model"] = st["model"]
+        return out, meta
+    st = _check_model_json(pkg / MODEL_FILE, _json(pkg / MODEL_FILE))
+    st["model"] = _read_weights(pkg / WEIGHTS_FILE, meta.get("weights_sha256"))
+    return st, meta
+
+
+def _inside(pkg: Path, rel: str, path: Path) -> str:
+    """``pkg / rel``, refused when ``rel`` leads out of the package (an absolute path, ``..``)."""
+    p = (pkg / rel).resolve()
+    if not p.is_relative_to(pkg.resolve()):
+        raise PackageError(f"{path}: the path {rel!r} leads out of the package; a package reads only its own files")
+    return str(pkg / rel)
+
+
+def load_package(pkg: Path | str, device: str = "cpu", allow_pickle: bool = False):
+    """(model, config, tokenizer, info) from a package directory; nothing outside it is read and
+    nothing is unpickled (``allow_pickle``: a format 1 package, see the module's docstring)."""
+    from asrkit.schema import ConfigError
+
+    pkg = Path(pkg)
+    st, meta = read_state(pkg, allow_pickle)
+    src = pkg / (PICKLE_FILE if meta["format"] == 1 else MODEL_FILE)
     cfg = st["config"]
-    cfg["tokens"]["path"] = str(pkg / cfg["tokens"]["path"])
+    cfg["tokens"]["path"] = _inside(pkg, cfg["tokens"]["path"], src)
     if cfg["decode"].get("lm"):
-        cfg["decode"]["lm"] = str(pkg / cfg["decode"]["lm"])
-    model, cfg, tok = instantiate({"model": st["model"], "config": cfg, "vocab": st["vocab"]}, device, str(pkg))
-    logger.info("loaded package %s (%s)", pkg, meta.get("source", {}).get("checkpoint"))
+        cfg["decode"]["lm"] = _inside(pkg, cfg["decode"]["lm"], src)
+    weights = pkg / (PICKLE_FILE if meta["format"] == 1 else WEIGHTS_FILE)
+    try:
+        model, cfg, tok = instantiate({"model": st["model"], "config": cfg, "vocab": st["vocab"]}, device,
+                                      str(pkg), str(weights))
+    except ConfigError as e:
+        raise PackageError(f"{src}: {e}") from None
+    logger.info("loaded package %s (%s)", pkg, (meta.get("source") or {}).get("checkpoint"))
     return model, cfg, tok, meta
 
 
@@ -183,11 +315,7 @@ def write_package(exp_dir: Path | str, out: Path | str, checkpoint: str = "last"
     tok = load_tokenizer(cfg_dict["tokens"]["path"])
     if list(tok.tokens) != list(state["vocab"]):
         raise ValueError(f"tokenizer {cfg_dict['tokens']['path']} differs from the one {exp_dir} was trained with")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    tmp.chmod(0o777 & ~umask)  # mkdtemp makes it 0700
+    tmp = _new_dir(out)
     try:
         save_tokenizer(tok, tmp / "tokenizer.json")
         pkg_cfg = json.loads(json.dumps(cfg_dict))
@@ -200,27 +328,85 @@ def write_package(exp_dir: Path | str, out: Path | str, checkpoint: str = "last"
 
         (tmp / "config.yaml").write_text(yaml.safe_dump(pkg_cfg, sort_keys=False))
         model = {k: v.detach().clone() for k, v in state["model"].items()}
-        torch.save({"model": model, "vocab": list(tok.tokens), "config": pkg_cfg}, tmp / "model.pt")
+        sha = _write_model(tmp, model, list(tok.tokens), pkg_cfg)
         n_params = sum(v.numel() for k, v in model.items() if v.is_floating_point())
         command = command or shlex.join(["asrkit", "export", *sys.argv[1:]])
         readme_cfg = json.loads(json.dumps(cfg_dict))
         (tmp / "README.md").write_text(_readme(exp_dir, readme_cfg, state["info"], n_params, command))
         meta = {"format": FORMAT, "asrkit_version": _version(), "command": command,
                 "source": {"exp_dir": str(exp_dir.resolve()), **state["info"]},
-                "decode": pkg_cfg["decode"]}
+                "decode": pkg_cfg["decode"], "weights_sha256": sha}
         (tmp / PACKAGE_FILE).write_text(json.dumps(meta, indent=1))
-        old = None
-        if out.exists():
-            old = out.with_name(f".{out.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            out.rename(old)
-        tmp.rename(out)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        _publish(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+def convert_package(src: Path | str, out: Path | str, allow_pickle: bool = False, command: Optional[str] = None) -> Path:
+    """Rewrite the package ``src`` (format 1 with ``allow_pickle``, or any format this asrkit reads)
+    as a package of the current format at ``out``: the same weights, config, tokenizer, LM and
+    README; the weights as safetensors. The package is loaded first (a broken one is refused)."""
+    src, out = Path(src), Path(out)
+    if out.exists() and not is_package(out) and (not out.is_dir() or any(out.iterdir())):
+        raise FileExistsError(f"{out} exists and is not an asrkit model package; choose another --out")
+    if out.exists() and out.resolve() == src.resolve():
+        raise FileExistsError(f"--out {out} is the package being converted; write the new one elsewhere")
+    st, meta = read_state(src, allow_pickle)
+    load_package(src, allow_pickle=allow_pickle)  # every file checked before anything is written
+    tmp = _new_dir(out)
+    try:
+        for p in src.iterdir():
+            if p.name in (PICKLE_FILE, PACKAGE_FILE, WEIGHTS_FILE, MODEL_FILE) or p.name.startswith("."):
+                continue
+            (shutil.copytree if p.is_dir() else shutil.copy2)(p, tmp / p.name)
+        sha = _write_model(tmp, {k: v.contiguous() for k, v in st["model"].items()}, st["vocab"], st["config"])
+        meta = {**meta, "format": FORMAT, "weights_sha256": sha, "converted": {
+            "from": str(src.resolve()), "format": meta["format"], "asrkit_version": _version(),
+            "command": command or shlex.join(["asrkit", "export", *sys.argv[1:]])}}
+        (tmp / PACKAGE_FILE).write_text(json.dumps(meta, indent=1))
+        _publish(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def _new_dir(out: Path) -> Path:
+    """A temporary directory beside ``out`` (mode as the umask says) to build a package in."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    tmp.chmod(0o777 & ~umask)  # mkdtemp makes it 0700
+    return tmp
+
+
+def _write_model(d: Path, model: dict, vocab: list, cfg: dict) -> str:
+    """``model.safetensors`` (the weights, each tensor its own copy) and ``model.json`` (config and
+    vocabulary) in ``d``; returns the weights file's SHA-256."""
+    from safetensors.torch import save_file
+
+    save_file({k: v.detach().contiguous().clone() for k, v in model.items()}, str(d / WEIGHTS_FILE),
+              metadata={"format": "pt"})
+    umask = os.umask(0)
+    os.umask(umask)
+    (d / WEIGHTS_FILE).chmod(0o666 & ~umask)  # (safetensors writes it 0600)
+    (d / MODEL_FILE).write_text(json.dumps({"config": cfg, "vocab": list(vocab)}, indent=1))
+    return _sha256(d / WEIGHTS_FILE)
+
+
+def _publish(tmp: Path, out: Path) -> None:
+    """Rename the finished package ``tmp`` to ``out`` (replacing a package there)."""
+    old = None
+    if out.exists():
+        old = out.with_name(f".{out.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        out.rename(old)
+    tmp.rename(out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _version() -> str:

@@ -227,14 +227,16 @@ def _name(src: Any) -> str:
 
 
 def load_model(path: Union[str, Path], checkpoint: str = "last", device: str = "cpu", ema: bool = True,
-               decode: Union[dict, Iterable[str], None] = None, **options) -> Transcriber:
+               decode: Union[dict, Iterable[str], None] = None, allow_pickle: bool = False, **options) -> Transcriber:
     """Load a model package (``asrkit export``) or an experiment directory for transcription.
 
     ``checkpoint`` / ``ema``: for an experiment dir, which checkpoint (``last``, ``best``,
     ``avg``, a path) and whether to use its moving-average weights. ``decode``: decoding
     options, ``{"method": "prefix_beam", "beam": 8}`` or ``["decode.method=prefix_beam"]``.
     ``options``: :class:`Transcriber` options (``chunk_s``, ``overlap_s``, ``batch_size``,
-    ``min_duration``)."""
+    ``min_duration``). ``allow_pickle``: a package of format 1 (weights in a pickle, asrkit before
+    safetensors packages) may be read; even then only tensors and plain data are accepted
+    (:mod:`asrkit.inference.package`). A package of the current format never needs it."""
     from asrkit.config import with_overrides
     from asrkit.inference.package import is_package, load_package
     from asrkit.model.loading import load_experiment
@@ -242,7 +244,7 @@ def load_model(path: Union[str, Path], checkpoint: str = "last", device: str = "
 
     path = Path(path)
     if is_package(path):
-        model, cfg, tok, info = load_package(path, device)
+        model, cfg, tok, info = load_package(path, device, allow_pickle=allow_pickle)
     elif (path / "checkpoints").is_dir():
         model, cfg, tok, info = load_experiment(path, checkpoint, device, ema)
     else:

@@ -18,11 +18,12 @@ from typing import Optional
 
 import torch
 
-from asrkit.checkpoint import checkpoint_dir, list_checkpoints, load_latest, remove_stale_temporaries, save_checkpoint
+from asrkit.checkpoint import (UnsafeFileError, checkpoint_dir, list_checkpoints, load_latest, load_state,
+                               remove_stale_temporaries, save_checkpoint)
 from asrkit.config import dump_config, to_dict
 from asrkit.training import TrainingError
 from asrkit.training.distributed import DistributedError, all_gather_object, broadcast_object, check_same
-from asrkit.training.state import resume_problems, set_rng_state, thread_warning
+from asrkit.training.state import portable_rng_state, resume_problems, set_rng_state, thread_warning
 from asrkit.utils import atomic_write, cpu_model
 
 logger = logging.getLogger("asrkit.train")
@@ -54,7 +55,7 @@ class Checkpointer:
             "epoch": t.boundary["epoch"],
             "batch_in_epoch": t.boundary["batch_in_epoch"],
             "seed": t.seed,
-            "rng": rng_per_rank,  # one entry per rank
+            "rng": [portable_rng_state(r) for r in rng_per_rank],  # one entry per rank (as tensors: no numpy pickle)
             "config": to_dict(t.cfg),
             "world_size": t.dist.world_size,
             "sampler_start": t.sampler_start,  # global batches of the epoch done before this run's first
@@ -99,17 +100,25 @@ class Checkpointer:
     def resume(self) -> bool:
         """Rank 0 picks the newest loadable checkpoint; every rank loads that one."""
         t = self.t
-        st, path = None, None
+        st, path, err = None, None, None
         if t.dist.is_main:
             remove_stale_temporaries(t.exp_dir)
-            st, path = load_latest(t.exp_dir)
-        name = broadcast_object(str(path) if path is not None else None)
+            try:
+                st, path = load_latest(t.exp_dir)
+            except UnsafeFileError as e:  # not written by asrkit: never resumed from, never skipped silently
+                err = f"cannot resume: {e}; move it out of {checkpoint_dir(t.exp_dir)}"
+        name, err = broadcast_object((str(path) if path is not None else None, err))
+        if err is not None:
+            raise TrainingError(err)
         if name is not None and st is None:
             path = Path(name)
             if not path.is_file():
                 raise DistributedError(f"{t.dist}: checkpoint {path} chosen by rank 0 is not visible here; the "
                                        "experiment dir must be on a file system shared by all nodes")
-            st = torch.load(path, map_location="cpu", weights_only=False)
+            try:
+                st = load_state(path)
+            except ValueError as e:
+                raise TrainingError(f"cannot resume: {e}") from None
         if st is not None:
             self.load_state_dict(st, path)  # refuses if config/data/world size changed
         check_same("the training position (step, epoch, batch)", (t.step, t.epoch, t.batch_in_epoch))

@@ -29,8 +29,8 @@ def _source(spec: str) -> dict:
             return experiment_state(p)
         if p.is_file():
             return experiment_state(p.parent.parent, checkpoint=str(p))
-    except FileNotFoundError as e:
-        raise TrainingError(f"train.init_from={spec}: {e}") from e
+    except (FileNotFoundError, ValueError) as e:  # (ValueError: a checkpoint that is refused or unreadable)
+        raise TrainingError(f"train.init_from={spec}: {e}") from None
     raise TrainingError(f"train.init_from={spec}: no such experiment dir or checkpoint file (give the exp dir of "
                         "a trained run, e.g. ../mini/asr1/exp/train, or one of its checkpoints/*.pt)")
 

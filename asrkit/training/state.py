@@ -28,9 +28,21 @@ def rng_state() -> dict:
     return st
 
 
+def portable_rng_state(st: dict) -> dict:
+    """:func:`rng_state` as a checkpoint stores it: numpy's key array as an int64 tensor, so that
+    the checkpoint is tensors and plain data only (read with ``torch.load(weights_only=True)``)."""
+    kind, keys, *rest = st["numpy"]
+    return {**st, "numpy": (kind, torch.from_numpy(np.asarray(keys).astype(np.int64)), *rest)}
+
+
 def set_rng_state(st: dict) -> None:
+    """Restore :func:`rng_state` or :func:`portable_rng_state` (or a checkpoint's numpy array of
+    keys, as asrkit wrote them before)."""
     random.setstate(st["python"])
-    np.random.set_state(st["numpy"])
+    kind, keys, *rest = st["numpy"]
+    if isinstance(keys, torch.Tensor):
+        keys = keys.numpy().astype(np.uint32)
+    np.random.set_state((kind, keys, *rest))
     torch.set_rng_state(st["torch"])
     if "cuda" in st and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(st["cuda"])
