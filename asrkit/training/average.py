@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from asrkit.checkpoint import checkpoint_dir, checkpoint_index, list_checkpoints
+from asrkit.checkpoint import checkpoint_dir, checkpoint_index, list_checkpoints, load_state
 from asrkit.utils import atomic_path
 
 logger = logging.getLogger(__name__)
@@ -73,9 +73,9 @@ def average_checkpoints(paths: list[Path]) -> dict:
     newest = None
     for p in paths:
         try:
-            st = torch.load(p, map_location="cpu", weights_only=False)
-        except Exception as e:
-            raise AverageError(f"cannot read checkpoint {p}: {e}") from e
+            st = load_state(p)  # tensors and plain data only (asrkit.checkpoint.load_state)
+        except (ValueError, OSError) as e:
+            raise AverageError(str(e)) from None
         model = st.get("ema", st["model"])  # a run with train.ema_decay: average the moving averages
         if first is None:
             first = (p, st)
