@@ -71,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True, help="package directory to write (replaced if it is a package)")
     p.add_argument("--checkpoint", default="last", help="last | best | avg | a path")
     p.add_argument("--raw-weights", action="store_true", help="the trained weights, not their moving average")
+    p.add_argument("--allow-pickle", action="store_true", help="--exp-dir is a package of format 1 (weights in a "
+                   "pickle) that you trust: rewrite it in the current format (docs/sharing_models.md)")
     p.add_argument("--onnx", action="store_true", help="also write model.onnx + tokens.txt (sherpa-onnx) and check them")
     p.add_argument("--check-set", default="test", help="corpus part to check ONNX against PyTorch on")
     p.add_argument("--check-max", type=int, default=200, help="at most this many utterances of --check-set (0: all)")
@@ -78,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("overrides", nargs="*", help="decode.* settings of the package, e.g. decode.method=wfst decode.lm=...")
     args = p.parse_args(argv)
 
-    from asrkit.inference.package import load_package, write_package
+    from asrkit.inference.package import convert_package, is_package, load_package, write_package
     from asrkit.schema import ConfigError, parse_overrides
     from asrkit.utils import setup_logging
 
@@ -94,7 +96,13 @@ def main(argv: list[str] | None = None) -> int:
             reason = unsupported_reason(config_from_dict(experiment_state(args.exp_dir, args.checkpoint)["config"]))
             if reason:
                 raise ValueError(f"cannot export to ONNX: {reason}")
-        out = write_package(args.exp_dir, args.out, args.checkpoint, not args.raw_weights, pairs, command)
+        if is_package(args.exp_dir):  # a package: rewritten in the current format (safetensors)
+            if pairs or args.onnx:
+                raise ValueError(f"{args.exp_dir} is a model package: it can only be converted (no decode.* "
+                                 "settings, no --onnx; export again from its experiment dir for those)")
+            out = convert_package(args.exp_dir, args.out, args.allow_pickle, command)
+        else:
+            out = write_package(args.exp_dir, args.out, args.checkpoint, not args.raw_weights, pairs, command)
     except (ConfigError, FileNotFoundError, FileExistsError, ValueError, OSError) as e:
         print(f"asrkit export: error: {e}", file=sys.stderr)
         return 2

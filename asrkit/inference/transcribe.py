@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-dir", type=Path, help="write NAME.<format> per input here instead of to stdout")
     p.add_argument("--checkpoint", default="last", help="experiment dir only: last | best | avg | a path")
     p.add_argument("--raw-weights", action="store_true", help="experiment dir only: not the moving average")
+    p.add_argument("--allow-pickle", action="store_true", help="also read a package of format 1 (its weights are a "
+                   "pickle: only if you trust its source; docs/sharing_models.md)")
     p.add_argument("--method", choices=("greedy", "prefix_beam", "wfst", "attention"), help="decode.method")
     p.add_argument("--set", action="append", default=[], metavar="decode.KEY=VALUE",
                    help="a decoding option, e.g. --set decode.beam=16 --set decode.lm=lm.arpa (repeatable)")
@@ -81,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     overrides = list(args.set) + ([f"decode.method={args.method}"] if args.method else [])
     try:
         model = load_model(args.model, args.checkpoint, args.device, ema=not args.raw_weights, decode=overrides,
-                           chunk_s=args.chunk_s, overlap_s=args.overlap_s, batch_size=args.batch_size)
+                           allow_pickle=args.allow_pickle, chunk_s=args.chunk_s, overlap_s=args.overlap_s, batch_size=args.batch_size)
     except (ConfigError, FileNotFoundError, ValueError, OSError) as e:
         print(f"asrkit transcribe: error: {e}", file=sys.stderr)
         return 2
