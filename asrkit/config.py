@@ -86,6 +86,9 @@ class FrontendConfig:
     kernel: int = 7  #: conv1d: over time; conv2d: kernel x kernel (3 in ESPnet / icefall / NeMo)
     stride: int = 3  #: frames per output frame (conv2d: a power of 2, one stride-2 conv per factor 2)
     channels: int = 64  #: conv2d only: channels of its convolutions
+    #: conv2d only: half = kernel // 2 zeros on every side (NeMo's, ceil(T / stride) frames); none = no
+    #: padding (ESPnet's Conv2dSubsampling, ((T - 1) // 2 - 1) // 2 frames at stride 4)
+    padding: str = "half"
     dropout: float = 0.3
 
 

@@ -183,3 +183,122 @@ def test_speed_perturbation_is_given_to_espnet_as_its_preprocessor_effect():
     cfg.augment = SimpleNamespace(speed=[])
     conf, diffs = peers.espnet_config(cfg, epochs=4, iters_per_epoch=100)
     assert "preprocessor_conf" not in conf and any("off on both" in d for d in diffs)
+
+
+# ---------------------------------------------------------------------------- ESPnet's model in asrkit
+
+ENC_FIX = Path(__file__).parent / "fixtures" / "espnet_encoder"
+EQUAL_CONF = Path(__file__).parents[1] / "egs" / "speechocean762" / "asr1" / "conf" / "train_espnet_equal.yaml"
+
+
+def _equal_model(meta: dict, extra: list[str] = ()):
+    from asrkit.model import build_model
+
+    s = meta["size"]
+    cfg = load_config(EQUAL_CONF, [f"encoder.d_model={s['d']}", f"encoder.n_layers={s['layers']}",
+                                   f"encoder.n_heads={s['heads']}", f"encoder.d_ff={s['ff']}",
+                                   f"frontend.channels={s['d']}", f"features.n_mels={s['n_mels']}", *extra])
+    return build_model(cfg, s["vocab"]).eval()
+
+
+def _espnet_fixture():
+    z = np.load(ENC_FIX / "encoder.npz")
+    meta = json.loads((ENC_FIX / "meta.json").read_text())
+    params = {k[len("param/"):]: z[k] for k in z.files if k.startswith("param/")}
+    return z, meta, params
+
+
+def _asrkit_encode(model, z):
+    import torch
+
+    feats = torch.from_numpy(z["feats"])
+    lens = torch.from_numpy(z["feat_lens"]).long()
+    times = (torch.arange(feats.shape[1], dtype=torch.float32) * 0.01).expand(feats.shape[0], -1)
+    with torch.no_grad():
+        return model.encode(feats, lens, times)
+
+
+def test_espnet_weights_give_espnets_encoder_output_in_asrkit():
+    """ESPnet 202511's own CTC Transformer (conv2d input, pre-norm; tools/peers/espnet/encoder_fixture.py)
+    and asrkit's model from train_espnet_equal.yaml with ESPnet's weights, on a padded batch of two
+    (1.5 s and 1.0 s): the longer utterance gives ESPnet's encoder output and CTC log-probabilities;
+    the shorter gives ESPnet's output for it *alone*. In the padded batch ESPnet gives the shorter one
+    26 frames, not its 24 alone: its subsampling's mask (``x_mask[:, :, :-2:2][:, :, :-2:2]``) counts
+    output frames whose receptive field reaches into the padding, so ESPnet's outputs depend on what
+    it is batched with; asrkit's lengths are those of the valid convolution (the fixture records both)."""
+    from asrkit.bench.peers.espnet_weights import load_espnet_weights
+
+    z, meta, params = _espnet_fixture()
+    assert meta["out_lens"] == [37, 26] and meta["out_lens_second_alone"] == [24]
+    model = _equal_model(meta)
+    load_espnet_weights(model, params)
+    enc = _asrkit_encode(model, z)
+    assert enc.lengths.tolist() == [37, 24]
+    np.testing.assert_allclose(enc.hidden[0].numpy(), z["hidden"][0], atol=1e-4, rtol=1e-4)
+    np.testing.assert_allclose(enc.log_probs[0].numpy(), z["ctc_log_probs"][0], atol=1e-4, rtol=1e-4)
+    np.testing.assert_allclose(enc.hidden[1, :24].numpy(), z["hidden_second_alone"][0], atol=1e-4, rtol=1e-4)
+    # the one numeric difference: ESPnet's LayerNorm eps 1e-12, asrkit's 1e-5; with ESPnet's eps the
+    # outputs agree to float32 rounding
+    import torch
+
+    for m in model.modules():
+        if isinstance(m, torch.nn.LayerNorm):
+            m.eps = 1e-12
+    enc = _asrkit_encode(model, z)
+    np.testing.assert_allclose(enc.hidden[0].numpy(), z["hidden"][0], atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(enc.hidden[1, :24].numpy(), z["hidden_second_alone"][0], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("override", ["frontend.padding=half", "encoder.pos.interleaved=false",
+                                      "encoder.pos.scale_input=false", "encoder.pos.omega0=30.0"])
+def test_espnet_encoder_output_differs_without_each_espnet_option(override):
+    """Each option that makes the model ESPnet's matters: without it the output is not ESPnet's."""
+    from asrkit.bench.peers.espnet_weights import load_espnet_weights
+
+    z, meta, params = _espnet_fixture()
+    model = _equal_model(meta, [override])
+    try:
+        load_espnet_weights(model, params)
+    except peers.PeersError as e:  # padding half: another frequency size, another Linear
+        assert "shape" in str(e)
+        return
+    enc = _asrkit_encode(model, z)
+    n = int(z["out_lens"][0])
+    assert enc.hidden.shape[1] < n or np.abs(enc.hidden[0, :n].numpy() - z["hidden"][0, :n]).max() > 1e-2
+
+
+def test_espnet_weights_map_names_every_tensor_once():
+    from asrkit.bench.peers.espnet_weights import espnet_to_asrkit
+
+    _, meta, params = _espnet_fixture()
+    sd = _equal_model(meta).state_dict()
+    mapped = espnet_to_asrkit(params)
+    assert set(mapped) == set(sd)
+    assert sum(v.size for v in mapped.values()) == sum(v.size for v in params.values())
+    with pytest.raises(peers.PeersError, match="encoder.encoders.0.conv_module"):
+        espnet_to_asrkit({**params, "encoder.encoders.0.conv_module.pointwise_conv1.weight": np.zeros(1)})
+
+
+def test_equal_config_has_espnets_parameter_count():
+    """ESPnet 202511's TransformerEncoder(conv2d, 6 x 192, 4 heads, 768) + CTC(30) has 3,709,854
+    parameters (tools/peers/espnet/encoder_fixture.py count --d 192 --layers 6 --ff 768 --vocab 30,
+    recorded in tests/fixtures/espnet_encoder/README.md); asrkit's train_espnet_equal.yaml the same."""
+    from asrkit.model import build_model
+
+    model = build_model(load_config(EQUAL_CONF, []), 30)
+    assert sum(p.numel() for p in model.parameters()) == 3_709_854
+    assert sum(p.numel() for p in model.encoder.frontend.parameters()) == 1_034_496
+
+
+def test_equal_bench_samplers_and_padding():
+    from asrkit.bench.peers.equal import bucketing_batches, length_batches, padding_stats
+
+    d = list(_durations().values())
+    lb = length_batches(d, 100.0)
+    assert sorted(x for b in lb for x in b) == sorted(d)
+    assert len(lb) == peers.batches_per_pass(d, 100.0)
+    assert all(len(b[:-1]) * max(b[:-1]) <= 100.0 for b in lb if len(b) > 1)
+    bb = bucketing_batches(d, 100.0, 8)
+    assert sorted(x for b in bb for x in b) == sorted(d)
+    s = padding_stats([[1.0, 0.5], [2.0]])
+    assert s["padded_frames_per_step"] == pytest.approx(200.0) and s["padding_share"] == pytest.approx(0.125)

@@ -16,7 +16,7 @@ from torch import nn
 from asrkit.model import conv, transformer
 from asrkit.model.asr import AsrModel
 from asrkit.model.attention import ATTENTIONS
-from asrkit.model.frontend import FRONTENDS
+from asrkit.model.frontend import CONV2D_PADDINGS, FRONTENDS
 from asrkit.model.decoders import DECODERS, validate_decoder_config
 from asrkit.model.posenc import validate_pos_config
 from asrkit.schema import ConfigError
@@ -94,6 +94,9 @@ def check_frontend_config(cfg) -> None:
     if fe.kernel < 3 or fe.kernel % 2 == 0:
         raise ConfigError(f"config key 'frontend.kernel'={fe.kernel}: frontend.type=conv2d needs an odd kernel >= 3 "
                           "(3 in ESPnet / icefall / NeMo)")
+    if fe.padding not in CONV2D_PADDINGS:
+        raise ConfigError(f"config key 'frontend.padding': invalid value {fe.padding!r}; valid: "
+                          f"{', '.join(CONV2D_PADDINGS)}")
     if fe.channels < 1:
         raise ConfigError(f"config key 'frontend.channels'={fe.channels} must be >= 1")
 

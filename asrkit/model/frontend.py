@@ -6,12 +6,15 @@
   each of stride 2 on both axes + ReLU, then a linear layer: the "conv2d subsampling" of the
   ESPnet / icefall / NeMo Conformers, with NeMo's ``striding`` padding (``kernel // 2`` on every
   side), so ``T' = ceil(T / stride)``; checked against NeMo's ``ConvSubsampling``
-  (tests/fixtures/nemo_conv_subsampling).
+  (tests/fixtures/nemo_conv_subsampling). ``frontend.padding: none`` gives ESPnet's
+  ``Conv2dSubsampling`` instead: no padding, ``T' = ((T - 1) // 2 - 1) // 2`` at stride 4 and
+  kernel 3 (checked against ESPnet's encoder: tests/fixtures/espnet_encoder).
 
 Frame times follow the frames: output frame j is centred on input frame ``j * stride``, so its
-time is that input frame's time. With zero padding of ``kernel // 2`` and padded frames zeroed
-(on the input, and after every 2-D convolution), a padded batch gives exactly the outputs of each
-utterance alone.
+time is that input frame's time (without padding, the first input frame of its receptive field,
+which ESPnet's positional encoding also numbers j). With zero padding of ``kernel // 2`` and padded
+frames zeroed (on the input, and after every 2-D convolution), a padded batch gives exactly the
+outputs of each utterance alone; without padding, the valid outputs never see a padded frame.
 """
 from __future__ import annotations
 
@@ -22,8 +25,13 @@ from torch import Tensor, nn
 from asrkit.model.dropout import Dropout
 
 
-def _strided_lengths(lengths: Tensor, kernel: int, stride: int) -> Tensor:
-    return torch.div(lengths + 2 * (kernel // 2) - kernel, stride, rounding_mode="floor") + 1
+def _strided_lengths(lengths: Tensor, kernel: int, stride: int, pad: int | None = None) -> Tensor:
+    pad = kernel // 2 if pad is None else pad
+    return torch.div(lengths + 2 * pad - kernel, stride, rounding_mode="floor") + 1
+
+
+#: frontend.padding of conv2d -> zeros on each side of its convolutions, from the kernel
+CONV2D_PADDINGS = {"half": lambda kernel: kernel // 2, "none": lambda kernel: 0}
 
 
 class Conv1dGLU(nn.Module):
@@ -46,22 +54,23 @@ class Conv1dGLU(nn.Module):
 
 
 class Conv2dSubsampling(nn.Module):
-    """``n = log2(stride)`` x (Conv2d kernel x kernel, stride 2, padding kernel // 2, ReLU) over
-    (time, frequency), padded frames zeroed after each, then Linear(channels x F' -> d_model)
+    """``n = log2(stride)`` x (Conv2d kernel x kernel, stride 2, padding kernel // 2 or none, ReLU)
+    over (time, frequency), padded frames zeroed after each, then Linear(channels x F' -> d_model)
     (the conv output flattened channel-major, as NeMo and ESPnet do) and dropout."""
 
     def __init__(self, n_in: int, d_model: int, kernel: int = 3, stride: int = 4, channels: int = 64,
-                 dropout: float = 0.0):
+                 dropout: float = 0.0, padding: str = "half"):
         super().__init__()
         n = stride.bit_length() - 1
         if stride < 2 or stride != 1 << n:
             raise ValueError(f"Conv2dSubsampling: stride {stride} is not a power of 2 >= 2")
         self.kernel, self.stride = kernel, stride
-        self.convs = nn.ModuleList(nn.Conv2d(1 if i == 0 else channels, channels, kernel, stride=2, padding=kernel // 2)
+        self.pad = CONV2D_PADDINGS[padding](kernel)
+        self.convs = nn.ModuleList(nn.Conv2d(1 if i == 0 else channels, channels, kernel, stride=2, padding=self.pad)
                                    for i in range(n))
         f = n_in
         for _ in range(n):
-            f = (f + 2 * (kernel // 2) - kernel) // 2 + 1
+            f = (f + 2 * self.pad - kernel) // 2 + 1
         self.out = nn.Linear(channels * f, d_model)
         self.dropout = Dropout(dropout)
         # channels-last weights and input: oneDNN's fastest layout on CPU (forward + backward of the
@@ -70,17 +79,18 @@ class Conv2dSubsampling(nn.Module):
 
     def out_lengths(self, lengths: Tensor) -> Tensor:
         for _ in self.convs:
-            lengths = _strided_lengths(lengths, self.kernel, 2)
-        return lengths
+            lengths = _strided_lengths(lengths, self.kernel, 2, self.pad)
+        return lengths.clamp(min=0)
 
     def forward(self, feats: Tensor, lengths: Tensor, times: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """As :meth:`Conv1dGLU.forward`."""
         h = feats.unsqueeze(1).contiguous(memory_format=torch.channels_last)  # B x 1 x T x F
         for conv in self.convs:
             h = F.relu(conv(h))
-            lengths = _strided_lengths(lengths, self.kernel, 2)
-            keep = torch.arange(h.shape[2], device=h.device)[None, :] < lengths[:, None]
-            h = h * keep[:, None, :, None].to(h.dtype)
+            lengths = _strided_lengths(lengths, self.kernel, 2, self.pad).clamp(min=0)
+            if self.pad:  # without padding no valid output sees a padded frame: nothing to zero
+                keep = torch.arange(h.shape[2], device=h.device)[None, :] < lengths[:, None]
+                h = h * keep[:, None, :, None].to(h.dtype)
         B, C, T, Fp = h.shape
         x = self.dropout(self.out(h.transpose(1, 2).reshape(B, T, C * Fp)))
         out_times = times[:, :: self.stride][:, :T]
@@ -94,5 +104,6 @@ FRONTENDS = {"conv1d": Conv1dGLU, "conv2d": Conv2dSubsampling}
 def build_frontend(n_feats: int, d_model: int, cfg) -> nn.Module:
     """The frontend ``cfg`` (:class:`asrkit.config.FrontendConfig`) names."""
     if cfg.type == "conv2d":
-        return Conv2dSubsampling(n_feats, d_model, cfg.kernel, cfg.stride, cfg.channels, cfg.dropout)
+        return Conv2dSubsampling(n_feats, d_model, cfg.kernel, cfg.stride, cfg.channels, cfg.dropout,
+                                 getattr(cfg, "padding", "half"))
     return Conv1dGLU(n_feats, d_model, cfg.kernel, cfg.stride, cfg.dropout)

@@ -17,6 +17,7 @@ from asrkit.bench.peers.common import (
     PeersError,
 )
 from asrkit.bench.peers.data import normalize_kaldi_dir
+from asrkit.bench.peers.equal import DEFAULT_CONFIG
 from asrkit.bench.peers.espnet_config import (
     batches_per_pass,
     config_lines,
@@ -48,6 +49,17 @@ def main(argv: list[str]) -> int:
     p.add_argument("--espnet-venv", type=Path, default=ESPNET_VENV)
     p.add_argument("--asrkit-args", nargs="*", default=[],
                    help="key=value overrides of the config, for both sides (e.g. optim.warmup_steps=5 for a smoke run)")
+    p.add_argument("--arch", choices=["recipe", "espnet"], default="recipe",
+                   help="recipe: each side trains and decodes the recipe config's model through its own commands "
+                        "(the models differ: see the page); espnet: the same model on both sides (ESPnet's CTC "
+                        "Transformer, --config default egs/speechocean762/asr1/conf/train_espnet_equal.yaml), its "
+                        "training step and decoding timed A B A B (asrkit.bench.peers.equal)")
+    p.add_argument("--durations", type=Path, help="--arch espnet: JSON utterance -> seconds whose batches are timed "
+                   "(default: the 60 speechocean762 test utterances of tests/fixtures/espnet/durations.json)")
+    p.add_argument("--bench-steps", type=int, default=40, help="--arch espnet: timed steps per round")
+    p.add_argument("--warmup", type=int, default=10, help="--arch espnet: untimed steps first")
+    p.add_argument("--rounds", type=int, default=2, help="--arch espnet: rounds per side (A B, B A, ...)")
+    p.add_argument("--vocab", type=int, default=30, help="--arch espnet: CTC outputs (letters + blank)")
     p.add_argument("--relpos-T", type=int, default=1000)
     p.add_argument("--relpos-d", type=int, default=0, help="model width (default: the config's encoder.d_model)")
     p.add_argument("--relpos-heads", type=int, default=4)
@@ -61,17 +73,22 @@ def main(argv: list[str]) -> int:
     args.data = args.data or args.recipe / "data" / "kaldi"
     args.work = args.work or args.recipe / "exp" / "peers"
     if args.config is None:
-        args.config = args.recipe / "conf" / "train.yaml"
+        args.config = DEFAULT_CONFIG if args.arch == "espnet" else args.recipe / "conf" / "train.yaml"
     try:
         if not args.config.is_file():
             raise PeersError(f"config {args.config} does not exist (the recipe {args.recipe} is not there?); "
                              "give --config and --data")
+        if args.durations is not None and not args.durations.is_file():
+            raise PeersError(f"--durations {args.durations} does not exist (JSON utterance -> seconds, as "
+                             "WORK/data/<set>/durations.json)")
         if not (REPO / args.espnet_venv / "bin" / "python").is_file():
             raise PeersError(f"no ESPnet venv at {args.espnet_venv}: run tools/peers/espnet/setup.sh first")
         cfg = load_config(args.config, args.asrkit_args)  # the overrides shape both sides
     except (PeersError, ConfigError) as e:
         print(f"asrkit bench peers: error: {e}", file=sys.stderr)
         return 2
+    if args.arch == "espnet":
+        return _main_equal(args, cfg, argv)
     args.relpos_d = args.relpos_d or cfg.encoder.d_model
     args.relpos_frame_step = cfg.features.hop * cfg.frontend.stride
     env = _env(args.threads)
@@ -147,3 +164,29 @@ def _save(path: Path, result: dict, res: dict) -> None:
     path.write_text(json.dumps({"run": run, "result": result}, default=str))
 
 
+def _main_equal(args, cfg, argv: list[str]) -> int:
+    """``--arch espnet``: the equal-architecture step benchmark (asrkit.bench.peers.equal)."""
+    import shlex
+
+    from asrkit.bench.peers.equal import DEFAULT_DURATIONS, equal_bench, format_equal
+
+    durs = json.loads((args.durations or REPO / DEFAULT_DURATIONS).read_text())
+    try:
+        res = equal_bench(cfg, args.config, list(durs.values()), steps=args.bench_steps, warmup=args.warmup,
+                          rounds=args.rounds, threads=args.threads, vocab=args.vocab, espnet_venv=args.espnet_venv,
+                          env=_env(args.threads), overrides=args.asrkit_args)
+    except PeersError as e:
+        print(f"asrkit bench peers: error: {e}", file=sys.stderr)
+        return 1
+    command = "python -m asrkit.bench peers " + " ".join(shlex.quote(a) for a in argv)
+    text = format_equal(res, _cpu_name(), args.threads, command)
+    print(text)
+    work = args.work.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "equal.json").write_text(json.dumps(res, indent=1, default=str))
+    if args.out:
+        from asrkit.utils import atomic_write
+
+        with atomic_write(args.out) as f:
+            f.write(text)
+    return 0

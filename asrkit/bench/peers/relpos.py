@@ -26,6 +26,7 @@ def _relpos_asrkit_worker(spec: dict) -> dict:
     import time as _t
 
     import torch
+
     from asrkit.config import load_config
     from asrkit.model.attention import SelfAttention
     from asrkit.model.posenc import build_pos_encoding

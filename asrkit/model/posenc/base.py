@@ -21,11 +21,15 @@ must never enter a mean, a convolution edge or an attention.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional
 
 import torch
 from torch import Tensor, nn
+
+from asrkit.model.dropout import Dropout
+from asrkit.schema import ConfigError
 
 
 @dataclass
@@ -170,7 +174,15 @@ def sinusoid(times: Tensor, dim: int, omega0: float = 30.0, base: float = 10000.
 
 
 class SinPos(PositionalEncoding):
-    """``sinpos``: sinusoidal embedding of each frame's time in seconds, added to the input."""
+    """``sinpos``: sinusoidal embedding of each frame's time in seconds, added to the input.
+
+    The defaults are the CAPE paper's (omega0 = 30, layout [cos..., sin...], nothing else). Three
+    options give the original Transformer's form (Vaswani et al., 2017, sections 3.4, 3.5 and 5.4)
+    as ESPnet's ``PositionalEncoding`` applies it: ``scale_input`` multiplies the input by
+    sqrt(d_model) before the embedding is added, ``interleaved`` lays the components out as
+    PE(pos, 2k) = sin, PE(pos, 2k+1) = cos, and ``dropout`` drops out the sum. With ``omega0`` =
+    1 / frame_step (25 for 40 ms frames) the phase is the frame index times 10000^(-2k/d), the
+    paper's PE(pos) at pos = frame index."""
 
     name = "sinpos"
 
@@ -178,11 +190,29 @@ class SinPos(PositionalEncoding):
     class Options:
         omega0: float = 30.0  #: w_k = omega0 * 10000^(-2k/K)
         scale: float = 1.0  #: multiplier of the embedding before it is added
+        scale_input: bool = False  #: multiply the input by sqrt(d_model) first (Vaswani et al. 3.4; ESPnet)
+        interleaved: bool = False  #: components sin, cos, sin, cos... (Vaswani et al. 3.5) instead of [cos..., sin...]
+        dropout: float = 0.0  #: dropout of the sum (Vaswani et al. 5.4; ESPnet's positional_dropout_rate)
+
+        def __post_init__(self):
+            if not 0.0 <= self.dropout < 1.0:
+                raise ConfigError(f"encoder.pos.dropout={self.dropout} must be in [0, 1)")
+
+    def __init__(self, d_model: int, n_heads: int, n_layers: int, opts: Any = None):
+        super().__init__(d_model, n_heads, n_layers, opts)
+        p = getattr(self.opts, "dropout", 0.0)
+        self.drop = Dropout(p) if p > 0 else None
 
     def positions(self, state: PosState) -> Tensor:
         """Times (seconds) to encode; augmenting subclasses (CAPE, SHAPE) override this."""
         return state.times
 
     def embed(self, x: Tensor, state: PosState) -> Tensor:
-        pe = sinusoid(self.positions(state), x.shape[-1], self.opts.omega0)
-        return x + (self.opts.scale * pe).to(x.dtype)
+        d = x.shape[-1]
+        pe = sinusoid(self.positions(state), d, self.opts.omega0)
+        if getattr(self.opts, "interleaved", False):  # [cos..., sin...] -> sin_0, cos_0, sin_1, cos_1, ...
+            pe = torch.stack([pe[..., d // 2:], pe[..., : d // 2]], dim=-1).flatten(-2)
+        if getattr(self.opts, "scale_input", False):
+            x = x * math.sqrt(d)
+        x = x + (self.opts.scale * pe).to(x.dtype)
+        return x if self.drop is None else self.drop(x)

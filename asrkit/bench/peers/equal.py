@@ -1,0 +1,248 @@
+"""``peers --arch espnet``: the same model on both sides, its training step and decoding timed.
+
+Both sides build ESPnet's CTC Transformer (asrkit from ``--config``, by default
+``egs/speechocean762/asr1/conf/train_espnet_equal.yaml``; ESPnet its ``TransformerEncoder`` with
+conv2d input + ``CTC`` at the same size, ``tools/peers/espnet/step_bench.py`` in its venv) and run
+the same work in fresh processes, alternating A B A B (``--rounds`` each, order alternating):
+
+* ``--warmup`` steps not timed, then ``--bench-steps`` timed optimizer steps over the same batches
+  (utterance lengths from ``--durations``, grouped by ESPnet's length rule at ``data.max_duration``;
+  features and letter targets from ``numpy.random.default_rng(batch index)`` on both sides); a
+  step = encoder forward, CTC loss, backward, gradient clipping at ``optim.clip_grad``, Adam at
+  ``optim.lr``: the model's work, not either trainer's data loading or logging;
+* flush-to-zero on both sides (asrkit's bench processes flush; ESPnet's worker is told to);
+* memory: peak RSS minus the RSS after imports, model, optimizer and batches (the step's own),
+  and the whole-process peak beside it;
+* decoding of the model alone: encoder + CTC argmax over the same cuts, batch 1 and batched;
+* one step of each side under ``torch.profiler`` (top operators by self CPU time).
+
+Padded frames per step are reported for both samplers on those durations: ESPnet's length
+batches (the timed ones) and asrkit's BucketingSampler at the same ``max_duration``.
+"""
+from __future__ import annotations
+
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from asrkit.bench.peers.common import REPO, PeersError
+
+ESPNET_STEP = Path("tools/peers/espnet/step_bench.py")
+DEFAULT_CONFIG = Path("egs/speechocean762/asr1/conf/train_espnet_equal.yaml")
+#: real utterance durations (speechocean762 test, 60 utterances) committed with the ESPnet fixtures
+DEFAULT_DURATIONS = Path("tests/fixtures/espnet/durations.json")
+HOP = 0.01
+
+
+def _rss() -> int:
+    import os
+
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def length_batches(durations: list[float], max_duration: float) -> list[list[float]]:
+    """ESPnet's ``batch_type: length`` on sorted durations (speech only): a batch closes with the
+    utterance whose padded size (count x longest) crosses ``max_duration`` (as
+    :func:`asrkit.bench.peers.espnet_config.batches_per_pass` counts them)."""
+    out: list[list[float]] = []
+    cur: list[float] = []
+    for d in sorted(durations):
+        cur.append(d)
+        if len(cur) * max(cur) > max_duration:
+            out.append(cur)
+            cur = []
+    return out + ([cur] if cur else [])
+
+
+def bucketing_batches(durations: list[float], max_duration: float, num_buckets: int, seed: int = 0) -> list[list[float]]:
+    """asrkit's BucketingSampler's batches of epoch 0 (durations only)."""
+    from asrkit.data.batching import BucketingSampler
+    from asrkit.data.cut_index import CutTable
+
+    d = np.asarray(durations, dtype=np.float64)
+    table = CutTable([], d, np.round(d * 16000).astype(np.int64), np.full(len(d), 16000))
+    return [[float(d[i]) for i in b] for b in BucketingSampler(table, max_duration, num_buckets, seed).all_batches(0)]
+
+
+def padding_stats(batches: list[list[float]]) -> dict:
+    """Frames (10 ms) per step: real, padded (batch size x longest) and the padded share."""
+    real = sum(sum(b) for b in batches) / HOP
+    padded = sum(len(b) * max(b) for b in batches) / HOP
+    return {"batches": len(batches), "real_frames_per_step": real / len(batches),
+            "padded_frames_per_step": padded / len(batches), "padding_share": 1 - real / padded}
+
+
+def _batch(spec: dict, i: int, lengths: list[int]):
+    """The same numbers as tools/peers/espnet/step_bench.py's ``batch``."""
+    import torch
+
+    g = np.random.default_rng(i)
+    T = max(lengths)
+    feats = np.zeros((len(lengths), T, spec["n_mels"]), np.float32)
+    for b, n in enumerate(lengths):
+        feats[b, :n] = g.standard_normal((n, spec["n_mels"]), dtype=np.float32)
+    n_tok = [max(1, (((n - 1) // 2 - 1) // 2) // 3) for n in lengths]
+    targets = g.integers(1, spec["vocab"], size=(len(lengths), max(n_tok)))
+    lens = torch.tensor(lengths)
+    return {"feats": torch.from_numpy(feats), "feat_lens": lens,
+            "times": (torch.arange(T, dtype=torch.float32) * HOP).expand(len(lengths), T).contiguous(),
+            "targets": torch.from_numpy(targets).long(), "target_lens": torch.tensor(n_tok)}
+
+
+def _asrkit_worker(spec: dict) -> dict:
+    """asrkit's side (run by ``python -m asrkit.bench --worker``, which flushes denormals first)."""
+    import torch
+
+    from asrkit.config import load_config
+    from asrkit.model import build_model
+
+    torch.set_num_threads(spec["threads"])
+    torch.manual_seed(0)
+    cfg = load_config(spec["config"], spec.get("overrides", []))
+    model = build_model(cfg, spec["vocab"])
+    params = list(model.parameters())
+    opt = torch.optim.Adam(params, lr=spec["lr"], betas=(0.9, 0.98), eps=1e-8)
+    batches = [_batch(spec, i, b) for i, b in enumerate(spec["batches"])]
+    base = _rss()
+
+    def step(k: int) -> None:
+        out = model(batches[k % len(batches)])
+        opt.zero_grad(set_to_none=True)
+        out["loss"].backward()
+        torch.nn.utils.clip_grad_norm_(params, spec["clip"])
+        opt.step()
+
+    model.train()
+    for k in range(spec["warmup"]):
+        step(k)
+    times, cpus = [], []
+    for k in range(spec["warmup"], spec["warmup"] + spec["steps"]):
+        t0, c0 = time.perf_counter(), time.process_time()
+        step(k)
+        times.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    out: dict[str, Any] = {"impl": "asrkit", "torch": torch.__version__, "params": sum(p.numel() for p in params),
+                           "step_s": times, "step_cpu_s": cpus, "baseline_rss": base, "peak_rss": peak}
+    if spec.get("profile"):
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            step(0)
+        out["profile"] = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15)
+    model.eval()
+    dec = {}
+    with torch.no_grad():
+        for name, groups in (("batch1", [[n] for b in spec["decode_batches"] for n in b]),
+                             ("batched", spec["decode_batches"])):
+            t0 = time.perf_counter()
+            for i, lengths in enumerate(groups):
+                b = _batch(spec, 1000 + i, lengths)
+                enc = model.encode(b["feats"], b["feat_lens"], b["times"])
+                enc.log_probs.argmax(-1)
+            dec[name] = time.perf_counter() - t0
+    out["decode_s"] = dec
+    return out
+
+
+def _run(side: str, spec: dict, espnet_venv: Path, env: dict) -> dict:
+    if side == "espnet":
+        cmd = [str(REPO / espnet_venv / "bin" / "python"), str(REPO / ESPNET_STEP), json.dumps(spec)]
+    else:
+        cmd = [sys.executable, "-m", "asrkit.bench", "--worker", f"{__name__}:_asrkit_worker", json.dumps(spec)]
+    p = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env, cwd=REPO, timeout=3600)
+    if p.returncode != 0:
+        raise PeersError(f"equal-architecture step benchmark ({side}) failed:\n{p.stderr[-2000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def equal_bench(cfg, config_path: Path, durations: list[float], *, steps: int, warmup: int, rounds: int,
+                threads: int, vocab: int, espnet_venv: Path, env: dict, overrides: list[str]) -> dict:
+    """A B A B rounds of both sides' workers; returns every round and the summaries."""
+    e = cfg.encoder
+    if cfg.frontend.type != "conv2d" or getattr(cfg.frontend, "padding", "half") != "none" \
+            or cfg.frontend.channels != e.d_model or e.pos_enc != "sinpos" or not e.norm_first or e.conv_kernel:
+        raise PeersError(f"{config_path}: --arch espnet needs ESPnet's model (frontend conv2d, padding none, channels = "
+                         f"d_model; sinpos; norm_first; no conv module), as {DEFAULT_CONFIG} has it")
+    batches_s = length_batches(durations, cfg.data.max_duration)
+    frames = [[int(round(d / HOP)) for d in b] for b in batches_s]
+    dec = [[int(round(d / HOP)) for d in b] for b in length_batches(durations, cfg.data.max_duration / 4)]
+    spec = {"config": str(config_path), "overrides": overrides, "d": e.d_model, "layers": e.n_layers,
+            "heads": e.n_heads, "ff": e.d_ff, "vocab": vocab, "n_mels": cfg.features.n_mels, "lr": cfg.optim.lr,
+            "clip": cfg.optim.clip_grad, "threads": threads, "flush_denormal": True, "warmup": warmup,
+            "steps": steps, "batches": frames, "decode_batches": dec}
+    runs: dict[str, list[dict]] = {"asrkit": [], "espnet": []}
+    for r in range(rounds):
+        for side in (("asrkit", "espnet") if r % 2 == 0 else ("espnet", "asrkit")):
+            res = _run(side, dict(spec, profile=(r == rounds - 1)), espnet_venv, env)
+            runs[side].append(res)
+            print(f"[peers] equal round {r + 1} {side}: {1000 * statistics.median(res['step_s']):.0f} ms/step",
+                  file=sys.stderr, flush=True)
+    audio_per_step = [sum(b) * HOP for b in frames]
+    mean_audio = statistics.fmean(audio_per_step[(warmup + k) % len(frames)] for k in range(steps))
+    dec_audio = sum(sum(b) for b in dec) * HOP
+    out: dict[str, Any] = {"spec": {k: v for k, v in spec.items() if k not in ("batches", "decode_batches")},
+                           "rounds": runs, "audio_per_step": mean_audio, "decode_audio_s": dec_audio,
+                           "samplers": {"espnet_length": padding_stats(batches_s),
+                                        "asrkit_bucketing": padding_stats(bucketing_batches(
+                                            durations, cfg.data.max_duration, cfg.data.num_buckets))}}
+    for side, rs in runs.items():
+        step = statistics.median(x for r in rs for x in r["step_s"])
+        out[side] = {"params": rs[0]["params"], "step_s": step, "steps_per_s": 1 / step,
+                     "audio_s_per_s": mean_audio / step,
+                     "cpu_s_per_step": statistics.median(x for r in rs for x in r["step_cpu_s"]),
+                     "round_step_s": [statistics.median(r["step_s"]) for r in rs],
+                     "mem_above_baseline_mib": statistics.median((r["peak_rss"] - r["baseline_rss"]) / 2**20 for r in rs),
+                     "peak_rss_mib": statistics.median(r["peak_rss"] / 2**20 for r in rs),
+                     "decode_rtf_batch1": statistics.median(r["decode_s"]["batch1"] for r in rs) / dec_audio,
+                     "decode_rtf_batched": statistics.median(r["decode_s"]["batched"] for r in rs) / dec_audio,
+                     "profile": rs[-1].get("profile", "")}
+    out["espnet_version"] = runs["espnet"][0].get("espnet")
+    return out
+
+
+def format_equal(res: dict, cpu: str, threads: int, command: str) -> str:
+    a, e = res["asrkit"], res["espnet"]
+    sp = res["spec"]
+    L = [f"## The same model on both sides: ESPnet's CTC Transformer ({sp['layers']} x {sp['d']}, {sp['heads']} heads, "
+         f"d_ff {sp['ff']}, conv2d subsampling), model step only", "",
+         f"`{command}` on {cpu}, {threads} threads per side, {len(res['rounds']['asrkit'])} rounds per side "
+         f"alternating (A B, B A, ...), {sp['warmup']} warm-up steps then {sp['steps']} timed steps per round; "
+         f"ESPnet {res.get('espnet_version')}.", "",
+         "| | asrkit | ESPnet | ESPnet / asrkit |", "|---|---:|---:|---:|"]
+
+    def row(label, x, y, spec=".3f", ratio=True):
+        L.append(f"| {label} | {x:{spec}} | {y:{spec}} | {(y / x if x else float('nan')):.2f}x |" if ratio
+                 else f"| {label} | {x:{spec}} | {y:{spec}} | - |")
+
+    row("parameters", a["params"], e["params"], ",", ratio=False)
+    row("training step, median (s)", a["step_s"], e["step_s"])
+    row("steps/s", a["steps_per_s"], e["steps_per_s"])
+    row("audio-s per wall-s", a["audio_s_per_s"], e["audio_s_per_s"], ".1f")
+    row("CPU-s per step (all threads)", a["cpu_s_per_step"], e["cpu_s_per_step"])
+    row("memory of training above the post-import baseline (MiB, peak)", a["mem_above_baseline_mib"],
+        e["mem_above_baseline_mib"], ".0f")
+    row("whole-process peak RSS (MiB)", a["peak_rss_mib"], e["peak_rss_mib"], ".0f")
+    row("decoding RTF, model alone (encoder + CTC argmax), batch 1", a["decode_rtf_batch1"], e["decode_rtf_batch1"], ".4f")
+    row("decoding RTF, model alone, batched", a["decode_rtf_batched"], e["decode_rtf_batched"], ".4f")
+    L += ["", "Per-round median step (s): asrkit " + ", ".join(f"{x:.3f}" for x in a["round_step_s"])
+          + "; ESPnet " + ", ".join(f"{x:.3f}" for x in e["round_step_s"]) + ".", ""]
+    s = res["samplers"]
+    L += [f"Same batches on both sides: {res['audio_per_step']:.1f} s of audio per step. Padding of the two samplers "
+          "on these durations (10 ms frames per step):", "",
+          "| sampler | batches | real frames/step | padded frames/step | padded share |", "|---|---:|---:|---:|---:|"]
+    for name, label in (("espnet_length", "ESPnet length (timed here)"), ("asrkit_bucketing", "asrkit bucketing")):
+        x = s[name]
+        L.append(f"| {label} | {x['batches']} | {x['real_frames_per_step']:.0f} | {x['padded_frames_per_step']:.0f} | "
+                 f"{100 * x['padding_share']:.1f} % |")
+    L += ["", "Top operators of one training step (torch.profiler, self CPU time):", "", "asrkit:", "", "```",
+          a["profile"].strip(), "```", "", "ESPnet:", "", "```", e["profile"].strip(), "```", ""]
+    return "\n".join(L)

@@ -1,0 +1,110 @@
+"""Run in ESPnet's venv: ESPnet's CTC Transformer (its TransformerEncoder with conv2d input + its
+CTC) trained for a few optimizer steps on given batches, timed, for ``python -m asrkit.bench peers
+--arch espnet`` (asrkit's side: ``asrkit.bench.peers.equal``, the same spec and output).
+
+    tools/peers/espnet/.venv/bin/python tools/peers/espnet/step_bench.py '<json spec>'
+
+The spec (JSON): ``d, layers, heads, ff, vocab, n_mels, lr, clip, threads, flush_denormal,
+warmup, steps, batches`` (a list of lists of utterance lengths in 10 ms frames, cycled),
+``decode_batches`` (the same for decoding), ``profile`` (bool). Features and targets come from
+``numpy.random.default_rng(batch index)``: both sides see the same numbers. One step = encoder
+forward, CTC loss (sum over the batch / batch size, as ESPnet's CTC computes it), backward,
+gradient clipping at ``clip``, Adam step: the work of one step of ESPnet's trainer less its data
+loading, frontend (features are given) and logging. Prints one JSON line.
+
+This script only calls ESPnet's classes (and torch); it contains no ESPnet code.
+"""
+from __future__ import annotations
+
+import importlib.metadata as md
+import json
+import resource
+import sys
+import time
+
+import numpy as np
+import torch
+
+
+def rss() -> int:
+    with open("/proc/self/statm") as f:
+        import os
+
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def batch(spec: dict, i: int, lengths: list[int]):
+    g = np.random.default_rng(i)
+    T = max(lengths)
+    feats = np.zeros((len(lengths), T, spec["n_mels"]), np.float32)
+    for b, n in enumerate(lengths):
+        feats[b, :n] = g.standard_normal((n, spec["n_mels"]), dtype=np.float32)
+    n_tok = [max(1, (((n - 1) // 2 - 1) // 2) // 3) for n in lengths]
+    targets = g.integers(1, spec["vocab"], size=(len(lengths), max(n_tok)))
+    return (torch.from_numpy(feats), torch.tensor(lengths), torch.from_numpy(targets).long(), torch.tensor(n_tok))
+
+
+def main() -> None:
+    spec = json.loads(sys.argv[1])
+    if spec.get("flush_denormal"):
+        torch.set_flush_denormal(True)
+    torch.set_num_threads(spec["threads"])
+    from espnet2.asr.ctc import CTC
+    from espnet2.asr.encoder.transformer_encoder import TransformerEncoder
+
+    torch.manual_seed(0)
+    enc = TransformerEncoder(input_size=spec["n_mels"], output_size=spec["d"], attention_heads=spec["heads"],
+                             linear_units=spec["ff"], num_blocks=spec["layers"], dropout_rate=0.0,
+                             positional_dropout_rate=0.0, attention_dropout_rate=0.0, input_layer="conv2d",
+                             normalize_before=True)
+    ctc = CTC(odim=spec["vocab"], encoder_output_size=spec["d"])
+    params = list(enc.parameters()) + list(ctc.parameters())
+    opt = torch.optim.Adam(params, lr=spec["lr"], betas=(0.9, 0.98), eps=1e-8)
+    batches = [batch(spec, i, b) for i, b in enumerate(spec["batches"])]
+    base = rss()
+
+    def step(k: int) -> None:
+        x, xl, y, yl = batches[k % len(batches)]
+        h, hl, _ = enc(x, xl)
+        loss = ctc(h, hl, y, yl)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, spec["clip"])
+        opt.step()
+
+    enc.train(), ctc.train()
+    for k in range(spec["warmup"]):
+        step(k)
+    times, cpus = [], []
+    for k in range(spec["warmup"], spec["warmup"] + spec["steps"]):
+        t0, c0 = time.perf_counter(), time.process_time()
+        step(k)
+        times.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    out = {"impl": "espnet", "espnet": md.version("espnet"), "torch": torch.__version__,
+           "params": sum(p.numel() for p in params), "step_s": times, "step_cpu_s": cpus,
+           "baseline_rss": base, "peak_rss": peak}
+    if spec.get("profile"):
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            step(0)
+        out["profile"] = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15)
+    enc.eval(), ctc.eval()
+    dec = {}
+    with torch.no_grad():
+        for name, groups in (("batch1", [[n] for b in spec["decode_batches"] for n in b]),
+                             ("batched", spec["decode_batches"])):
+            t0 = time.perf_counter()
+            for i, lengths in enumerate(groups):
+                x, xl, _, _ = batch(spec, 1000 + i, lengths)
+                h, hl, _ = enc(x, xl)
+                ctc.argmax(h)
+            dec[name] = time.perf_counter() - t0
+    out["decode_s"] = dec
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
