@@ -302,3 +302,15 @@ def test_equal_bench_samplers_and_padding():
     assert sorted(x for b in bb for x in b) == sorted(d)
     s = padding_stats([[1.0, 0.5], [2.0]])
     assert s["padded_frames_per_step"] == pytest.approx(200.0) and s["padding_share"] == pytest.approx(0.125)
+
+
+def test_espnet_config_of_the_equal_config_lists_frontend_and_encoding_as_the_same():
+    cfg = load_config(EQUAL_CONF, ["optim.warmup_steps=5"])
+    conf, diffs = peers.espnet_config(cfg, epochs=2, iters_per_epoch=10)
+    assert conf["encoder_conf"]["input_layer"] == "conv2d" and conf["encoder_conf"]["output_size"] == 192
+    assert any(d.startswith("frontend: the same") for d in diffs)
+    assert any(d.startswith("positional encoding: the same") for d in diffs)
+    assert not any("moving average" in d for d in diffs)  # ema_decay 0: no weight averaging on asrkit's side
+    recipe = load_config(EQUAL_CONF.with_name("train.yaml"), ["optim.warmup_steps=5"])
+    _, diffs = peers.espnet_config(recipe, epochs=2, iters_per_epoch=10)
+    assert not any(d.startswith(("frontend: the same", "positional encoding: the same")) for d in diffs)

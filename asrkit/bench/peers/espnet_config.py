@@ -131,20 +131,38 @@ def espnet_config(cfg, *, epochs: int, iters_per_epoch: int, typical_frames: int
                      f"its {epochs} epochs, at most 10)")
     elif nbest:
         conf["keep_nbest_models"] = nbest
+    fe, pos = cfg.frontend, dict(e.pos or {})
+    same_frontend = (fe.type == "conv2d" and fe.stride == 4 and fe.kernel == 3 and fe.channels == e.d_model
+                     and getattr(fe, "padding", "half") == "none")
+    same_pos = (e.pos_enc == "sinpos" and pos.get("scale_input") and pos.get("interleaved")
+                and abs(float(pos.get("omega0", 30.0)) * f.hop * fe.stride - 1.0) < 1e-6)
+    if same_frontend:
+        diffs.append("frontend: the same (ESPnet's conv2d subsampling: 3x3 stride 2 twice, no padding, "
+                     f"{e.d_model} channels, then Linear); ESPnet's padded batches give a shorter utterance up to 2 "
+                     "more frames than it has alone (its subsampling's mask), asrkit's exactly its own")
+    elif fe.type == "conv1d":
+        diffs.append(f"frontend: asrkit 1-D conv (kernel {fe.kernel}, stride {fe.stride}) + GLU on the fbank; ESPnet "
+                     "conv2d subsampling (two 3x3 Conv2d of stride 2 + ReLU, then a linear layer): the same 40 ms per "
+                     "encoder frame at stride 4, a different model (see the parameter counts)")
+    elif fe.stride == 4:
+        diffs.append(f"frontend: asrkit conv2d subsampling ({fe.channels} channels, padding {getattr(fe, 'padding', 'half')}); "
+                     f"ESPnet's: {e.d_model} channels (encoder output_size), no padding; set frontend.channels="
+                     f"{e.d_model} frontend.padding=none for ESPnet's (egs/speechocean762/asr1/conf/train_espnet_equal.yaml)")
+    else:
+        diffs.append(f"frontend stride {fe.stride}: ESPnet's conv2d subsampling has stride 4")
+    diffs.append("positional encoding: the same (x sqrt(d) + the sinusoid of the frame index, sin / cos interleaved)"
+                 if same_pos else
+                 f"positional encoding: asrkit encoder.pos_enc={e.pos_enc}; ESPnet's Transformer encoder with conv2d "
+                 "input always adds its sinusoidal absolute encoding (x sqrt(d)) after the subsampling")
+    pos_drop = float(pos.get("dropout", 0.0)) if same_pos else None
     diffs += [
-        (f"frontend: asrkit 1-D conv (kernel {cfg.frontend.kernel}, stride {cfg.frontend.stride}) + GLU on the fbank; "
-         "ESPnet conv2d subsampling (two 3x3 Conv2d of stride 2 + ReLU, then a linear layer): the same 40 ms "
-         "per encoder frame at stride 4, more parameters (see the parameter counts)"
-         if cfg.frontend.type == "conv1d" else
-         f"frontend: asrkit conv2d subsampling ({cfg.frontend.channels} channels, padding kernel // 2, so "
-         "ceil(T / 4) frames); ESPnet's conv2d subsampling: {d} channels (encoder output_size), no padding "
-         "(((T - 1) // 2 - 1) // 2 frames)".replace("{d}", str(e.d_model)))
-        if cfg.frontend.stride == 4 else
-        f"frontend stride {cfg.frontend.stride}: ESPnet's conv2d subsampling has stride 4",
-        f"positional encoding: asrkit encoder.pos_enc={e.pos_enc}; ESPnet's Transformer encoder with conv2d input "
-        "always adds its sinusoidal absolute encoding (x sqrt(d)) after the subsampling",
-        f"dropout: ESPnet's conv2d subsampling drops out its output at encoder dropout_rate ({e.dropout:g}); asrkit's "
-        f"frontend at frontend.dropout ({cfg.frontend.dropout:g})",
+        (f"dropout: ESPnet's positional dropout {e.dropout:g}, asrkit's encoder.pos.dropout {pos_drop:g} and "
+         f"frontend.dropout {fe.dropout:g}" if same_pos else
+         f"dropout: ESPnet's conv2d subsampling drops out its output at encoder dropout_rate ({e.dropout:g}); asrkit's "
+         f"frontend at frontend.dropout ({fe.dropout:g})"),
+        "layer norm: eps 1e-12 in ESPnet, 1e-5 in asrkit (encoder outputs differ by < 1e-4 on the fixture)",
+        "flush-to-zero of denormals: asrkit's processes set it, ESPnet's do not (the --arch espnet step benchmark "
+        "sets it on both)",
         "features: asrkit Kaldi-compatible fbank (Lhotse, povey window); ESPnet's default frontend (STFT, hann "
         f"window, n_fft {conf['frontend_conf']['n_fft']}, log-mel): same {f.n_mels} mels, 25 ms / 10 ms",
         "batches: asrkit's BucketingSampler (duration buckets), at most data.max_duration seconds per batch; ESPnet "
