@@ -3,6 +3,7 @@
     tools/peers/espnet/setup.sh                      # ESPnet in its own venv (once)
     python -m asrkit.bench peers --steps 800 --decode-fraction 0.25 --out table.md   # under the heavy-job lock
     python -m asrkit.bench peers --only relpos       # just the attention micro-benchmark
+    python -m asrkit.bench peers --arch espnet       # the same model (ESPnet's) on both sides: step + decoding, A B A B
 
 Both toolkits train a CTC model on the same Kaldi data dirs (default: the speechocean762 recipe's
 ``egs/speechocean762/asr1/data/kaldi/{train,dev,test,test_longform,test_session}``), one after the
@@ -43,7 +44,14 @@ epoch train time, with its audio per step estimated as (training audio) / (its b
 from its own ``N-batch`` log line (ESPnet logs no audio count). Decoding RTF: the wall time of the
 decoding command (process start, model load and every utterance) / audio seconds, for both.
 
-Modules: ``espnet_config`` (the generated ESPnet config and its epochs x iterations plan),
+``--arch espnet`` (:mod:`asrkit.bench.peers.equal`) compares toolkits rather than models: both
+sides build ESPnet's CTC Transformer (asrkit from ``conf/train_espnet_equal.yaml``, checked against
+ESPnet's weights and output in tests/test_peers.py) and time its training step and decoding in
+alternating fresh processes. Without it, each side trains the recipe config's model, and the two
+models differ (docs/results/espnet_side_by_side.md says how).
+
+Modules: ``equal`` (the equal-architecture benchmark), ``espnet_weights`` (ESPnet's state dict in
+asrkit's names), ``espnet_config`` (the generated ESPnet config and its epochs x iterations plan),
 ``data`` (the Kaldi dirs both read), ``sides`` (running each side: measured commands, training,
 decoding), ``espnet_output`` (ESPnet's hypotheses as asrkit's decode dirs), ``relpos`` (the
 attention micro-benchmark), ``table`` (the Markdown table), ``cli`` (the command line).
