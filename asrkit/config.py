@@ -195,19 +195,23 @@ class TrainConfig:
 @dataclass
 class DecodeConfig:
     method: str = "greedy"  #: greedy | prefix_beam | wfst | attention
-    beam: int = 8
+    beam: int = 8  #: beam size (prefix_beam, attention)
     batch_size: int = 1  #: 1 = padding never affects scoring
     hop: float = 0.0  #: STFT hop for inference (0 = the training hop)
     lm: str = ""  #: ARPA word LM for prefix beam fusion, or a TLG graph dir for wfst
     lm_weight: float = 0.5  #: LM weight (prefix beam) / LM scale relative to the acoustic scores (wfst)
-    word_bonus: float = 0.0
+    word_bonus: float = 0.0  #: added per word to a hypothesis's score (prefix beam with an LM)
     #: subtracted from the CTC blank's log-probability of every frame before the search (as icefall's
     #: and sherpa-onnx's blank_penalty): > 0 trades deletions for insertions; 0 = off
     blank_penalty: float = 0.0
     #: attention decoding: weight of the CTC prefix score in [0, 1] (joint CTC/attention search);
     #: -1 = the model's own ``decoder.options.search_ctc_weight``
     ctc_weight: float = -1.0
-    bins: list = field(default_factory=lambda: [10.0, 15.0, 20.0])
+    bins: list = field(default_factory=lambda: [10.0, 15.0, 20.0])  #: duration bin edges (s) of the WER and cost per bin
+    #: where asrkit decode / transcribe / tune / curve run the model: auto (the first GPU when CUDA is
+    #: available, else the CPU: as train.device, icefall and NeMo) | cpu | cuda | cuda:N. cuda where
+    #: there is none is an error. Raise decode.batch_size (e.g. 32) to batch on a GPU
+    device: str = "auto"
 
 
 @dataclass
@@ -286,3 +290,35 @@ def with_overrides(cfg: Config, pairs: list[tuple[str, Any]]) -> Config:
     for key, value in pairs:
         set_nested(data, key, value)
     return config_from_dict(data)
+
+
+def config_keys() -> list[dict[str, Any]]:
+    """Every config key, in declaration order: ``{"key", "type", "default", "doc"}`` with the doc
+    from the ``#:`` comments of the dataclasses (on the line, or on the lines just above) and the
+    section's docstring first line as the doc of ``<section>.*``. For docs/config.md and
+    ``asrkit decode --help``."""
+    import inspect
+    import re
+    import typing
+
+    out: list[dict[str, Any]] = []
+    for sec in dataclasses.fields(Config):
+        cls = typing.get_type_hints(Config)[sec.name]
+        hints = typing.get_type_hints(cls)
+        docs: dict[str, str] = {}
+        pending: list[str] = []
+        for line in inspect.getsource(cls).splitlines()[1:]:
+            s = line.strip()
+            if s.startswith("#:"):
+                pending.append(s[2:].strip())
+                continue
+            m = re.match(r"([a-z_][a-z0-9_]*)\s*:[^=]*(?:=.*?)?(?:#:\s*(.*))?$", s)
+            if m and m.group(1) in hints:
+                docs[m.group(1)] = " ".join(pending + ([m.group(2).strip()] if m.group(2) else []))
+            pending = [] if not s.startswith("#") else pending
+        for f in dataclasses.fields(cls):
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+            typ = hints[f.name]
+            out.append({"key": f"{sec.name}.{f.name}", "type": getattr(typ, "__name__", str(typ).replace("typing.", "")),
+                        "default": default, "doc": docs.get(f.name, ""), "section_doc": inspect.getdoc(cls) or ""})
+    return out

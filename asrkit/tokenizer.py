@@ -321,23 +321,31 @@ def tokenizer_fold(path: str | Path) -> str:
         return "none"
 
 
+def build_parser() -> argparse.ArgumentParser:
+    from asrkit.cliargs import Parser, add_out
+
+    p = Parser(prog="asrkit tokens", description="Train a tokenizer on the transcripts of cuts manifests.")
+    p.add_argument("--cuts", nargs="+", type=Path, required=True, help="cuts manifests with the training texts")
+    p.add_argument("--kind", default="letters", choices=list(TOKENIZER_KINDS),
+                   help="letters | bpe | unigram (sentencepiece) | phones (of --lexicon)")
+    p.add_argument("--lexicon", type=Path, help="--kind phones: pronunciation lexicon (Kaldi lexicon.txt: "
+                   "WORD phone phone ... per line)")
+    p.add_argument("--stress", action="store_true", help="--kind phones: keep the stress digits of ARPAbet "
+                   "vowels (AH0, AH1) as separate phones (default: removed)")
+    p.add_argument("--vocab-size", type=int, default=256, help="--kind bpe / unigram: vocabulary size")
+    p.add_argument("--fold", default="none", choices=list(TEXT_FOLDS),
+                   help="map transcripts before tokenizing: ascii = accented letters to ASCII (CAFÉ -> CAFE, "
+                        "ß -> ss, ’ -> '); saved in the tokenizer, so training, decoding and scoring apply it alike")
+    add_out(p, "tokenizer file to write (JSON)", required=True)
+    return p
+
+
 def main(argv: list[str] | None = None) -> int:
     from lhotse import load_manifest
 
     from asrkit.utils import setup_logging
 
-    p = argparse.ArgumentParser(prog="asrkit tokens", description="Train a tokenizer on the transcripts of cuts manifests.")
-    p.add_argument("--cuts", nargs="+", type=Path, required=True, help="cuts manifests with the training texts")
-    p.add_argument("--kind", default="letters", choices=list(TOKENIZER_KINDS))
-    p.add_argument("--lexicon", type=Path, help="--kind phones: pronunciation lexicon (Kaldi lexicon.txt: "
-                   "WORD phone phone ... per line)")
-    p.add_argument("--stress", action="store_true", help="--kind phones: keep the stress digits of ARPAbet "
-                   "vowels (AH0, AH1) as separate phones (default: removed)")
-    p.add_argument("--vocab-size", type=int, default=256)
-    p.add_argument("--fold", default="none", choices=list(TEXT_FOLDS),
-                   help="map transcripts before tokenizing: ascii = accented letters to ASCII (CAFÉ -> CAFE, "
-                        "ß -> ss, ’ -> '); saved in the tokenizer, so training, decoding and scoring apply it alike")
-    p.add_argument("--out", type=Path, required=True, help="tokenizer file to write (JSON)")
+    p = build_parser()
     args = p.parse_args(argv)
     setup_logging()
     utts = [(s.id, s.text or "") for path in args.cuts for c in load_manifest(path) for s in c.supervisions]

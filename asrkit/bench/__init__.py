@@ -32,6 +32,18 @@ BENCHMARKS: dict[str, str] = {
 
 def main(argv: list[str] | None = None) -> int:
     flush_denormals()  # before any torch computation (asrkit.utils.flush_denormals)
+def build_parser():
+    """The parser of ``asrkit bench`` (each benchmark's own options: ``asrkit bench NAME --help``)."""
+    import argparse
+
+    from asrkit.cliargs import Parser
+
+    p = Parser(prog="asrkit bench", description=__doc__)
+    p.add_argument("name", choices=list(BENCHMARKS), help="the benchmark (its options: asrkit bench NAME --help)")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="the benchmark's options")
+    return p
+
+
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--worker"]:  # internal: one measurement in a fresh process, JSON on stdout
         module, func = argv[1].split(":")
@@ -39,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     usage = "usage: asrkit bench <name> [args]   (names: " + ", ".join(BENCHMARKS) + ")"
     if not argv or argv[0] in ("-h", "--help"):
-        print(usage)
+        print(build_parser().format_help() if argv else usage)
         return 0 if argv else 2
     if argv[0] not in BENCHMARKS:
         print(f"asrkit bench: unknown benchmark {argv[0]!r}\n{usage}", file=sys.stderr)

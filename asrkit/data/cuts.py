@@ -143,16 +143,17 @@ def _count_lines(path: Path) -> int:
     return n
 
 
-def main(argv: list[str] | None = None) -> int:
-    from asrkit.data.manifests import load_cuts, manifest_path
-    from asrkit.utils import remedy
+def build_parser() -> argparse.ArgumentParser:
+    from asrkit.cliargs import Parser, add_nj
 
-    p = argparse.ArgumentParser(prog="asrkit cuts", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--corpus", required=True)
-    p.add_argument("--manifest-dir", type=Path, required=True)
-    p.add_argument("--parts", nargs="+", required=True)
-    p.add_argument("--num-jobs", type=int, default=2)
-    p.add_argument("--on-bad", choices=["raise", "skip"], default="raise")
+    p = Parser(prog="asrkit cuts", description=__doc__)
+    p.add_argument("--corpus", required=True, help="corpus name of the manifests")
+    p.add_argument("--manifest-dir", type=Path, required=True,
+                   help="manifest directory (read; a part with skipped utterances is rewritten there)")
+    p.add_argument("--parts", nargs="+", required=True, help="parts to check")
+    add_nj(p, 2, "parallel processes")
+    p.add_argument("--on-bad", choices=["raise", "skip"], default="raise",
+                   help="audio that does not decode: raise (an error naming it) or skip (drop those utterances)")
     p.add_argument("--longform", nargs="*", default=[], help="parts to cut into long-form windows")
     p.add_argument("--windows", default="10,15,20,25,30,35,40,45", help="long-form window sizes (s)")
     p.add_argument("--fbank-parts", nargs="*", default=[], help="parts whose fbank is computed and stored")
@@ -165,6 +166,14 @@ def main(argv: list[str] | None = None) -> int:
                    help="also write the --shar-parts as Lhotse Shar shards here (training: data.shar_dir)")
     p.add_argument("--shar-parts", nargs="*", default=[], help="parts written as Shar shards")
     p.add_argument("--shar-shard-size", type=int, default=500, help="utterances per shard (default: %(default)s)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from asrkit.data.manifests import load_cuts, manifest_path
+    from asrkit.utils import remedy
+
+    p = build_parser()
     args = p.parse_args(argv)
     setup_logging()
     if args.shar_parts and args.shar_dir is None:
@@ -187,16 +196,16 @@ def main(argv: list[str] | None = None) -> int:
         if store is not None and part in args.fbank_parts:
             cuts = load_cuts(args.manifest_dir, args.corpus, part)
             if not store.is_complete(cuts, args.corpus, part):
-                feats, bad = store.compute(cuts, args.corpus, part, args.num_jobs)  # also the audio check
+                feats, bad = store.compute(cuts, args.corpus, part, args.nj)  # also the audio check
             else:
-                bad = check_audio(cuts, args.num_jobs, f"{args.corpus}/{part}")
+                bad = check_audio(cuts, args.nj, f"{args.corpus}/{part}")
         else:  # streamed: a LibriSpeech-size manifest is never held in memory
             from lhotse import load_manifest_lazy
 
             if not path.is_file():
                 raise FileNotFoundError(f"no cuts manifest {path} (run the data stages first)")
             cuts = load_manifest_lazy(path)
-            bad = check_audio(cuts, args.num_jobs, f"{args.corpus}/{part}")
+            bad = check_audio(cuts, args.nj, f"{args.corpus}/{part}")
         n = _count_lines(path) if getattr(cuts, "is_lazy", False) else len(cuts)
         if bad:
             listing = "\n  ".join(f"{k}: {v}" for k, v in list(bad.items())[:10])
@@ -219,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         elif store is not None and part in args.fbank_parts:
             print(f"{args.corpus}/{part}: fbank stored before: {store.cuts_path(args.corpus, part)}")
         if store is not None and part in args.fbank_parts and part in args.speed_parts:
-            _store_speed_copies(store, cuts, args.corpus, part, speeds, args.num_jobs)
+            _store_speed_copies(store, cuts, args.corpus, part, speeds, args.nj)
         # the columns a training start filters (asrkit.data.cut_index): read once here, not at every first start
         manifest_columns(path, desc=f"{args.corpus}/{part}")
         if store is not None and part in args.fbank_parts:

@@ -338,18 +338,26 @@ def _window_arg(text: str) -> float:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def main(argv: list[str] | None = None) -> int:
-    from asrkit.utils import setup_logging
+def build_parser() -> argparse.ArgumentParser:
+    from asrkit.cliargs import Parser, add_out, alias
 
-    p = argparse.ArgumentParser(prog="asrkit longform", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog="asrkit longform", description=__doc__)
     p.add_argument("corpus", help=f"corpus name of the manifests ({', '.join(CORPUS_STYLES)} or another with --style)")
-    p.add_argument("--manifests", type=Path, default=Path("data/manifests"), help="manifest directory")
+    alias(p.add_argument("--manifest-dir", "--manifests", dest="manifests", type=Path, default=Path("data/manifests"),
+                         help="manifest directory (read)"), ["--manifests"])
     p.add_argument("--parts", nargs="*", default=None, help="parts (default: the corpus' dev/test parts that exist)")
     p.add_argument("--windows", nargs="*", type=_window_arg, default=list(WINDOWS),
                    help="window sizes in seconds, or 'whole' (one window per run: whole recordings)")
     p.add_argument("--style", choices=("span", "append"), default=None, help="override the corpus' window style")
     p.add_argument("--max-gap", type=float, default=MAX_GAP, help="break runs at silences longer than this (s)")
-    p.add_argument("--out", type=Path, default=None, help="output directory (default: --manifests)")
+    add_out(p, "output directory (default: --manifest-dir)", default=None)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from asrkit.utils import setup_logging
+
+    p = build_parser()
     args = p.parse_args(argv)
     setup_logging()
     parts = args.parts

@@ -93,21 +93,21 @@ def _data_errors() -> tuple[type[BaseException], ...]:
     return (FileNotFoundError, NotADirectoryError, WsjError, TedliumError, AudioError, SphereError, ValueError)
 
 
-def main(argv: list[str] | None = None) -> int:
-    from asrkit.utils import setup_logging
+def build_parser() -> argparse.ArgumentParser:
+    from asrkit.cliargs import Parser, add_nj, add_out
 
-    p = argparse.ArgumentParser(prog="asrkit prepare", description=__doc__)
-    p.add_argument("corpus", choices=sorted(CORPORA))
+    p = Parser(prog="asrkit prepare", description=__doc__)
+    p.add_argument("corpus", choices=sorted(CORPORA), help="the corpus (kaldi / lhotse: your own data)")
     p.add_argument("--corpus-dir", type=Path, required=True, help="where the corpus lies on disk")
-    p.add_argument("--out", type=Path, required=True, help="manifest directory")
+    add_out(p, "manifest directory to write", required=True)
     p.add_argument("--parts", nargs="*", default=None, help="parts to prepare (default: the corpus' standard ones)")
-    p.add_argument("--num-jobs", type=int, default=2)
+    add_nj(p, 2, "parallel processes")
     g = p.add_argument_group("mini only (synthesis)")
     g.add_argument("--seed", type=int, default=0, help="synthesis seed")
-    g.add_argument("--train-hours", type=float, default=4.0)
-    g.add_argument("--dev-minutes", type=float, default=15.0)
-    g.add_argument("--test-minutes", type=float, default=15.0)
-    g.add_argument("--longform-minutes", type=float, default=15.0)
+    g.add_argument("--train-hours", type=float, default=4.0, help="hours of training audio")
+    g.add_argument("--dev-minutes", type=float, default=15.0, help="minutes of dev audio")
+    g.add_argument("--test-minutes", type=float, default=15.0, help="minutes of test audio")
+    g.add_argument("--longform-minutes", type=float, default=15.0, help="minutes of test-longform audio (20-45 s files)")
     g.add_argument("--span-minutes", type=float, default=0.0,
                    help="test-span: 2-45 s files, the same audio in each duration bin (0: not made)")
     g = p.add_argument_group("wsj only")
@@ -134,13 +134,20 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--synth-hours", type=float, default=0.0,
                    help="hours of espeak-ng speech of the train part's transcripts, part train_synth (default 0: not made)")
     g.add_argument("--synth-dir", type=Path, default=None, help="where train_synth's audio goes (default: OUT/../synth)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from asrkit.utils import setup_logging
+
+    p = build_parser()
     args = p.parse_args(argv)
     for dest, corpora in _CORPUS_OPTIONS.items():
         if getattr(args, dest) != p.get_default(dest) and args.corpus not in corpora:
             p.error(f"--{dest.replace('_', '-')} applies to {' and '.join(corpora)} only, not {args.corpus}")
     setup_logging()
     prep = get_preparer(args.corpus)
-    kwargs = dict(corpus_dir=args.corpus_dir, out_dir=args.out, parts=args.parts, num_jobs=args.num_jobs)
+    kwargs = dict(corpus_dir=args.corpus_dir, out_dir=args.out, parts=args.parts, num_jobs=args.nj)
     if args.corpus == "mini":
         kwargs.update(seed=args.seed, train_hours=args.train_hours, dev_minutes=args.dev_minutes,
                       test_minutes=args.test_minutes, longform_minutes=args.longform_minutes,

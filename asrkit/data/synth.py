@@ -990,11 +990,13 @@ def _noise_arg(text: str) -> Optional[float]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    from asrkit.cliargs import Parser, add_nj, add_out
+
+    p = Parser(
         prog="asrkit synth",
         description="Synthesize a deterministic English speech corpus (espeak-ng) in LibriSpeech layout.",
     )
-    p.add_argument("--out", required=True, help="output directory (the corpus goes to OUT/LibriSpeech)")
+    add_out(p, "output directory (the corpus goes to OUT/LibriSpeech)", required=True, type=str)
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--train-hours", type=float, default=4.0, help="hours of train audio (default 4)")
     p.add_argument("--dev-minutes", type=float, default=15.0, help="minutes of dev audio (default 15)")
@@ -1004,7 +1006,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--span-minutes", type=float, default=0.0,
                    help="minutes of test-span audio: 2-45 s files, the same amount in each duration bin "
                         "(2-10, 10-15, 15-20, 20-45 s), ~4 min chapters (default 0: not made)")
-    p.add_argument("--jobs", type=int, default=2, help="worker processes (default 2; output does not depend on it)")
+    add_nj(p, 2, "worker processes (default 2; output does not depend on it)")
     p.add_argument("--noise-db", type=_noise_arg, default=-30.0,
                    help="noise floor in dB relative to the speech RMS, drawn per utterance from "
                         "[X-10, X]; 'off' disables it (default -30)")
@@ -1025,7 +1027,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parser.parse_args(argv)
     config = SynthConfig(
         seed=args.seed, train_hours=args.train_hours, dev_minutes=args.dev_minutes,
-        test_minutes=args.test_minutes, longform_minutes=args.longform_minutes, jobs=args.jobs,
+        test_minutes=args.test_minutes, longform_minutes=args.longform_minutes, jobs=args.nj,
         noise_db=args.noise_db, max_silence=args.max_silence, span_minutes=args.span_minutes,
     )
     if args.text is not None:

@@ -88,11 +88,12 @@ def _cmd_graph(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="asrkit lm", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    sub = p.add_subparsers(dest="cmd", required=True)
-    t = sub.add_parser("train", help="train a word n-gram LM and write it in ARPA format")
+    from asrkit.cliargs import Parser
+
+    p = Parser(prog="asrkit lm", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="{train,graph}")
+    t = sub.add_parser("train", help="train a word n-gram LM and write it in ARPA format",
+                       description="Train a word n-gram LM and write it in ARPA format.")
     t.add_argument("--text", type=Path, nargs="+", required=True,
                    help="text files (one sentence per line) and/or Lhotse supervision/cuts manifests (*.jsonl[.gz])")
     t.add_argument("--order", type=int, default=3, help="n-gram order (default 3)")
@@ -103,7 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--fold", default="none", choices=["none", "ascii"],
                    help="with --normalize tokens: fold accented letters to ASCII first (as `asrkit tokens --fold`)")
     t.add_argument("--out", type=Path, required=True, help="ARPA file to write (.gz for gzip)")
-    g = sub.add_parser("graph", help="build a TLG decoding graph for a tokenizer and an ARPA LM")
+    g = sub.add_parser("graph", help="build a TLG decoding graph for a tokenizer and an ARPA LM",
+                       description="Build a TLG decoding graph for a tokenizer and an ARPA LM.")
     g.add_argument("--tokens", type=Path, required=True, help="tokenizer file or directory (asrkit tokens)")
     g.add_argument("--arpa", type=Path, required=True, help="word n-gram LM in ARPA format")
     g.add_argument("--words", type=Path, default=None,

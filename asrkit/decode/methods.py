@@ -11,6 +11,9 @@ prefix_beam CTC prefix beam search, optional word n-gram fusion     ``decode.lm`
 wfst       TLG graph search (kaldi-decoder)                          ``decode.lm`` = graph dir
 attention  beam search of the attention decoder (+ CTC prefix)       ``decoder.type`` lstm|transformer
 ========== ======================================================== ===============================
+
+``decode.device`` (:func:`resolve_device`) says where the model runs; a batch is moved there, and
+the searches that run on the CPU (prefix beam, WFST) get their log-probabilities there.
 """
 from __future__ import annotations
 
@@ -63,7 +66,7 @@ class PrefixBeam(DecodeMethod):
         from asrkit.decode.ctc import ctc_prefix_beam_search
 
         d = self.cfg.decode
-        hyps = ctc_prefix_beam_search(enc.log_probs, enc.lengths, beam=d.beam, lm=self.lm, lm_weight=d.lm_weight,
+        hyps = ctc_prefix_beam_search(enc.log_probs.cpu(), enc.lengths.cpu(), beam=d.beam, lm=self.lm, lm_weight=d.lm_weight,
                                       word_bonus=d.word_bonus, tokenizer=self.tok)
         return [self.tok.decode(h.tokens) for h in hyps]
 
@@ -119,6 +122,31 @@ class AttentionBeam(DecodeMethod):
 DECODE_METHODS: dict[str, type[DecodeMethod]] = {m.name: m for m in (Greedy, PrefixBeam, Wfst, AttentionBeam)}
 
 
+#: the valid forms of decode.device (``cuda:N``: the N-th visible GPU)
+DEVICES = ("auto", "cpu", "cuda", "cuda:N")
+
+
+def resolve_device(spec: str, key: str = "decode.device") -> torch.device:
+    """The torch device of a ``decode.device`` value (see :data:`DEVICES`): ``auto`` is the first
+    GPU when CUDA is available, else the CPU. A GPU that is not there is a :class:`ConfigError`
+    (one line, saying what to use instead)."""
+    spec = str(spec).strip().lower()
+    if spec == "auto":
+        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    if spec == "cpu":
+        return torch.device("cpu")
+    if spec == "cuda" or (spec.startswith("cuda:") and spec[5:].isdigit()):
+        if not torch.cuda.is_available():
+            raise ConfigError(f"{key}={spec}: no CUDA device is available here (torch.cuda.is_available() is "
+                              f"False: a CPU-only torch build or no GPU); use {key}=cpu (or auto)")
+        index = int(spec[5:]) if ":" in spec else 0
+        if index >= torch.cuda.device_count():
+            raise ConfigError(f"{key}={spec}: only {torch.cuda.device_count()} CUDA device(s) are visible "
+                              f"(cuda:0..cuda:{torch.cuda.device_count() - 1})")
+        return torch.device(f"cuda:{index}")
+    raise ConfigError(f"config key {key!r}: invalid value {spec!r}; valid: {', '.join(DEVICES)}")
+
+
 def validate_decode_config(cfg) -> None:
     """The ``decode`` section: a known method and what it needs, ranges. Raises :class:`ConfigError`."""
     d = cfg.decode
@@ -134,6 +162,9 @@ def validate_decode_config(cfg) -> None:
         raise ConfigError(f"decode.ctc_weight={d.ctc_weight} must be in [0, 1] (or -1: the model's own)")
     if list(d.bins) != sorted(d.bins):
         raise ConfigError(f"decode.bins must be increasing, got {d.bins}")
+    dev = str(d.device).strip().lower()
+    if dev not in ("auto", "cpu", "cuda") and not (dev.startswith("cuda:") and dev[5:].isdigit()):
+        raise ConfigError(f"config key 'decode.device': invalid value {d.device!r}; valid: {', '.join(DEVICES)}")
     DECODE_METHODS[d.method].check_config(cfg)
 
 
@@ -162,8 +193,11 @@ class Decoder:
     @torch.no_grad()
     def encode(self, batch: dict) -> EncoderOutput:
         """The encoder output of a batch (an utterance too short for the model is named)."""
+        dev = next(self.model.parameters()).device  # the batch goes where the model is (decode.device)
+        feats, lens, times = (batch[k].to(dev) if isinstance(batch[k], torch.Tensor) else batch[k]
+                              for k in ("feats", "feat_lens", "times"))
         try:
-            return self.model.encode(batch["feats"], batch["feat_lens"], batch["times"])
+            return self.model.encode(feats, lens, times)
         except NoFramesError as e:
             raise e.naming(batch["ids"]) from None
 

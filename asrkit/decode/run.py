@@ -138,16 +138,22 @@ def _cost_info(results: list[dict], bins, method: str) -> dict:
 def _worker(args) -> tuple[list[dict], float]:
     exp_dir, checkpoint, ema, cfg_dict, shard, hop, job, threads = args
     torch.set_num_threads(threads)
+    from asrkit.decode.methods import resolve_device
+
     model, _, tok = load_model(exp_dir, checkpoint, ema=ema)
     cfg = check_decode_config(config_from_dict(cfg_dict))
+    model = model.to(resolve_device(cfg.decode.device))
     return _decode_cuts(model, cfg, tok, shard, hop, f"decode job {job}", position=job)
 
 
 def decode_set(model, cfg, tok, cuts, out_dir: Path, set_name: str, hop: float, nj: int = 1,
-               exp_dir: Path | None = None, checkpoint: str = "last", ema: bool = True) -> dict:
+               exp_dir: Path | None = None, checkpoint: str = "last", ema: bool = True,
+               normalizer: str | None = None) -> dict:
     """Decode one set into ``out_dir`` (hyp.jsonl + decode_info.json). With ``nj > 1`` the set is split
     into ``nj`` contiguous shards decoded by as many processes (each loads the model, with
-    cores / nj threads); results keep the manifest order. The RTF is wall time / audio time."""
+    cores / nj threads, on ``decode.device``); results keep the manifest order. The RTF is wall
+    time / audio time. ``normalizer``: the scoring normalizer recorded in decode_info.json, which
+    ``asrkit score`` then uses by default (the corpus's own)."""
     from asrkit.decode.memory import PeakRss
 
     cut_list = list(cuts)
@@ -177,7 +183,9 @@ def decode_set(model, cfg, tok, cuts, out_dir: Path, set_name: str, hop: float, 
             "batch_size": cfg.decode.batch_size, "nj": nj, "utterances": len(results), "audio_seconds": audio_s,
             "wall_seconds": wall, "rtf": wall / max(audio_s, 1e-9), "model_rtf": t_model / max(audio_s, 1e-9),
             "threads": torch.get_num_threads(), "lm": cfg.decode.lm or None, "lm_weight": cfg.decode.lm_weight,
-            "blank_penalty": cfg.decode.blank_penalty, "word_bonus": cfg.decode.word_bonus, **cost}
+            "blank_penalty": cfg.decode.blank_penalty, "word_bonus": cfg.decode.word_bonus,
+            "device": str(next(model.parameters()).device) if model is not None else cfg.decode.device,
+            **({"normalizer": normalizer} if normalizer else {}), **cost}
     with atomic_write(out_dir / "decode_info.json") as f:
         json.dump(info, f, indent=1)
     return info
@@ -206,22 +214,57 @@ def _missing_sets(cfg, sets: list[str]) -> str:
     return ""
 
 
-def main(argv: list[str] | None = None) -> int:
-    flush_denormals()  # before any torch computation (asrkit.utils.flush_denormals)
-    from asrkit.data.manifests import load_cuts
+def _methods_epilog() -> str:
+    """The decoding methods (DECODE_METHODS) and the decode.* keys (the config schema), for --help."""
+    import textwrap
 
-    p = argparse.ArgumentParser(prog="asrkit decode", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--exp-dir", type=Path, required=True)
-    p.add_argument("--sets", nargs="+", required=True,
-                   help="parts of the corpus (cuts manifests) to decode; key=value items among them are overrides")
+    from asrkit.config import config_keys
+    from asrkit.decode.methods import DECODE_METHODS
+
+    lines = ["decoding methods (decode.method=NAME):"]
+    for name, cls in DECODE_METHODS.items():
+        doc = (cls.__doc__ or "").strip().splitlines()
+        lines.append(f"  {name:<12} {_METHOD_HELP.get(name, doc[0] if doc else '')}")
+    lines += ["", "decode.* keys (positional decode.KEY=VALUE or --set decode.KEY=VALUE; docs/config.md):"]
+    for k in config_keys():
+        if k["key"].startswith("decode."):
+            lines.append(f"  {k['key']}={k['default']!s}")
+            if k["doc"]:
+                lines += textwrap.wrap(k["doc"], 96, initial_indent=" " * 6, subsequent_indent=" " * 6)
+    return "\n".join(lines)
+
+
+_METHOD_HELP = {
+    "greedy": "best CTC label per frame, repeats merged, blanks dropped",
+    "prefix_beam": "CTC prefix beam search (decode.beam), optional word n-gram fusion (decode.lm = an ARPA file)",
+    "wfst": "TLG graph search (decode.lm = a graph dir of asrkit lm graph)",
+    "attention": "beam search of the attention decoder (+ CTC prefix scores, decode.ctc_weight)",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from asrkit.cliargs import Parser, add_exp_dir, add_nj, add_overrides, add_sets
+
+    p = Parser(prog="asrkit decode", description=__doc__, epilog=_methods_epilog())
+    add_exp_dir(p)
+    add_sets(p, "parts of the corpus (cuts manifests) to decode; key=value items among them are overrides")
     p.add_argument("--checkpoint", default="last", help="last | best | avg | a path")
     p.add_argument("--raw-weights", action="store_true",
                    help="decode the trained weights, not their moving average (runs with train.ema_decay > 0)")
-    p.add_argument("--suffix", default="", help="decode dir suffix (decode_<set>_<suffix>)")
-    p.add_argument("--norm", default=None, help="scoring normalizer (default: the corpus name if known, else none)")
-    p.add_argument("--no-score", action="store_true")
-    p.add_argument("--nj", type=int, default=1, help="decoding processes (each gets cores / nj threads)")
-    p.add_argument("overrides", nargs="*", help="decode.* overrides, e.g. decode.method=prefix_beam decode.beam=8")
+    p.add_argument("--suffix", default="", help="decode dir suffix (decode_<set>_<suffix>; default: none)")
+    p.add_argument("--norm", default=None, help="scoring normalizer (default: the corpus's own, as the recipe's)")
+    p.add_argument("--no-score", action="store_true", help="write hyp.jsonl only (score later: asrkit score)")
+    add_nj(p, 1, "decoding processes (each gets cores / nj threads)")
+    add_overrides(p)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    flush_denormals()  # before any torch computation (asrkit.utils.flush_denormals)
+    from asrkit.data.manifests import load_cuts
+    from asrkit.decode.methods import resolve_device
+
+    p = build_parser()
     args = p.parse_args(argv)
     # `--sets test dev decode.beam=4`: argparse gives the overrides to --sets (nargs="+"); set names
     # never contain '=', so every item with one is an override
@@ -234,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         overrides = parse_decode_overrides(overrides)  # fail before loading anything
         model, cfg, tok = load_model(args.exp_dir, args.checkpoint, ema=not args.raw_weights)
         cfg = check_decode_lm(check_decode_config(with_overrides(cfg, overrides)))
+        model = model.to(resolve_device(cfg.decode.device))
     except (ConfigError, FileNotFoundError, ValueError) as e:
         print(f"asrkit decode: error: {e}", file=sys.stderr)
         return 2
@@ -253,7 +297,8 @@ def main(argv: list[str] | None = None) -> int:
         name = f"decode_{s}" + (f"_{args.suffix}" if args.suffix else "")
         try:
             info = decode_set(model, cfg, tok, cuts, args.exp_dir / name, s, hop, nj=args.nj,
-                              exp_dir=args.exp_dir, checkpoint=args.checkpoint, ema=not args.raw_weights)
+                              exp_dir=args.exp_dir, checkpoint=args.checkpoint, ema=not args.raw_weights,
+                              normalizer=norm)
         except NoFramesError as e:
             print(f"asrkit decode: error: {s}: {e}", file=sys.stderr)
             return 1

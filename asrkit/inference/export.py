@@ -64,11 +64,12 @@ def check_utterances(cfg, exp_dir: Path, part: str, limit: int, seed: int = 0):
     return utts + [("45s-input", long)]
 
 
-def main(argv: list[str] | None = None) -> int:
-    flush_denormals()  # before any torch computation (asrkit.utils.flush_denormals)
-    p = argparse.ArgumentParser(prog="asrkit export", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--exp-dir", type=Path, required=True)
-    p.add_argument("--out", type=Path, required=True, help="package directory to write (replaced if it is a package)")
+def build_parser() -> argparse.ArgumentParser:
+    from asrkit.cliargs import Parser, add_exp_dir, add_out, add_overrides
+
+    p = Parser(prog="asrkit export", description=__doc__)
+    add_exp_dir(p, help="the trained experiment directory to package")
+    add_out(p, "package directory to write (replaced if it is a package)", required=True)
     p.add_argument("--checkpoint", default="last", help="last | best | avg | a path")
     p.add_argument("--raw-weights", action="store_true", help="the trained weights, not their moving average")
     p.add_argument("--allow-pickle", action="store_true", help="--exp-dir is a package of format 1 (weights in a "
@@ -77,8 +78,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--check-set", default="test", help="corpus part to check ONNX against PyTorch on")
     p.add_argument("--check-max", type=int, default=200, help="at most this many utterances of --check-set (0: all)")
     p.add_argument("--tolerance", type=float, default=1e-4, help="largest allowed log-probability difference")
-    p.add_argument("overrides", nargs="*", help="decode.* settings of the package, e.g. decode.method=wfst decode.lm=...")
-    args = p.parse_args(argv)
+    add_overrides(p, "decode.* settings of the package, e.g. decode.method=wfst decode.lm=...")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    flush_denormals()  # before any torch computation (asrkit.utils.flush_denormals)
+    args = build_parser().parse_args(argv)
 
     from asrkit.inference.package import convert_package, is_package, load_package, write_package
     from asrkit.schema import ConfigError, parse_overrides

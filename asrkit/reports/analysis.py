@@ -273,40 +273,53 @@ def detect_loops_and_skips(path: Pathlike, min_span: int = 4, norm: str = "none"
 # ------------------------------------------------------------------------------------------ CLI
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    from asrkit.utils import setup_logging
+def build_parser() -> argparse.ArgumentParser:
+    from asrkit.cliargs import Parser, add_exp_dir, add_out, add_overrides, add_sets
 
-    p = argparse.ArgumentParser(prog="asrkit analysis", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="cmd", required=True)
-    rf = sub.add_parser("receptive-field", help="receptive field of a conv encoder config (Fig. 3)")
-    rf.add_argument("config", type=Path)
-    rf.add_argument("overrides", nargs="*", help="key=value config overrides")
+    p = Parser(prog="asrkit analysis", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="{receptive-field,pca,attention,errors-vs-length,looping}")
+    rf = sub.add_parser("receptive-field", help="receptive field of a conv encoder config (Fig. 3)",
+                        description="Receptive field of a conv encoder config (Park & Sung Fig. 3).")
+    rf.add_argument("config", type=Path, help="a YAML config")
+    add_overrides(rf, "key=value config overrides")
     rf.add_argument("--widths", default="", help="comma-separated filter widths to tabulate (default: the config's)")
     for name, help_ in (("pca", "PCA of one utterance's encoder outputs (Fig. 5)"),
                         ("attention", "attention energies and weights of one utterance (Fig. 6)")):
-        s = sub.add_parser(name, help=help_)
-        s.add_argument("--exp-dir", type=Path, required=True)
-        s.add_argument("--set", required=True, help="corpus part holding the utterance (e.g. test)")
+        s = sub.add_parser(name, help=help_, description=help_[0].upper() + help_[1:] + ".")
+        add_exp_dir(s)
+        add_sets(s, "corpus part holding the utterance (e.g. test)", one=True, legacy_set=True)
+        add_overrides(s, positional=False)
         s.add_argument("--utt", required=True, help="utterance (cut) id")
-        s.add_argument("--checkpoint", default="last")
+        s.add_argument("--checkpoint", default="last", help="last | best | avg | a path")
         s.add_argument("--manifest-dir", default=None, help="default: data.manifest_dir of the experiment's config")
-        s.add_argument("--out", type=Path, default=None, help=f"PNG (default: EXP/analysis/{name}_<utt>.png)")
+        add_out(s, f"PNG (default: EXP/analysis/{name}_<utt>.png)", default=None)
         if name == "pca":
-            s.add_argument("--mark", action="append", default=[], help="START:END encoder steps or seconds (7.4s:7.6s)")
-    e = sub.add_parser("errors-vs-length", help="average edit distance vs transcription length (Fig. 4)")
+            s.add_argument("--mark", action="append", default=[],
+                           help="START:END encoder steps or seconds (7.4s:7.6s) to mark (repeatable)")
+    e = sub.add_parser("errors-vs-length", help="average edit distance vs transcription length (Fig. 4)",
+                       description="Average edit distance vs transcription length (Park & Sung Fig. 4).")
     e.add_argument("dirs", nargs="+", help="decode dirs (or hyp.jsonl files)")
     e.add_argument("--names", nargs="*", default=None, help="legend names (default: the paths)")
     e.add_argument("--bin-width", type=int, default=5, help="words per length bin")
     e.add_argument("--norm", default="none", help="text normalizer (as asrkit score)")
-    e.add_argument("--out", type=Path, default=Path("errors_vs_length.png"))
-    lp = sub.add_parser("looping", help="count hypotheses that skip or repeat long spans")
+    add_out(e, "PNG to write", default=Path("errors_vs_length.png"))
+    lp = sub.add_parser("looping", help="count hypotheses that skip or repeat long spans",
+                        description="Count hypotheses that skip or repeat long spans of the reference.")
     lp.add_argument("dirs", nargs="+", help="decode dirs (or hyp.jsonl files)")
     lp.add_argument("--min-span", type=int, default=4, help="words a skip / repeat must span")
-    lp.add_argument("--norm", default="none")
+    lp.add_argument("--norm", default="none", help="text normalizer (as asrkit score)")
     lp.add_argument("--json", type=Path, default=None, help="write every flagged utterance here")
     lp.add_argument("--show", type=int, default=3, help="flagged utterances to print per dir")
+    return p
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    from asrkit.utils import setup_logging
+
+    p = build_parser()
     args = p.parse_args(argv)
+    if getattr(args, "sets", None):
+        args.set = args.sets[0]
     setup_logging()
     try:
         return _run(args)

@@ -366,25 +366,29 @@ def _csv(s: Optional[str]) -> Optional[list[str]]:
     return None if s is None else [x.strip() for x in s.split(",") if x.strip()]
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    """``asrkit compare EXP [EXP ...] --out DIR [options]``."""
-    parser = argparse.ArgumentParser(
+def build_parser() -> argparse.ArgumentParser:
+    from asrkit.cliargs import Parser, add_out
+
+    parser = Parser(
         prog="asrkit compare",
         description="Compare scored experiments: DIR/compare.md (WER with bootstrap intervals per test set, "
         "duration bin and long-form window; seeds grouped; significance against baselines; decoding cost), "
         "DIR/compare.json and PNG plots.",
     )
     parser.add_argument("exps", nargs="+", metavar="EXP", help="experiment dirs (with decode_*/wer.json)")
-    parser.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    add_out(parser, "output directory", required=True, metavar="DIR", type=str)
     parser.add_argument("--names", help="comma-separated labels, one per EXP (default: dir names)")
-    parser.add_argument("--sets", help="comma-separated test sets (decode dir names without 'decode_')")
+    parser.add_argument("--sets", nargs="+", metavar="SET",
+                        help="test sets (decode dir names without 'decode_'), space- or comma-separated "
+                        "(default: every set)")
     parser.add_argument("--md-name", default="compare.md",
                         help="name of the Markdown file (a recipe's stage 6 writes RESULTS.md)")
     parser.add_argument("--baseline", help="comma-separated rows (experiment names; for seeds the name "
                         "without _seed<N>) to test every other row against")
     parser.add_argument("--sign-unit", choices=("utterance", "speaker"), default="utterance",
-                        help="blocks of the sign and Wilcoxon tests: utterances (default) or speakers "
-                        "(the utterance id up to the first '-' or '_', as sc_stats)")
+                        help="blocks of the sign and Wilcoxon tests: utterances (default) or speakers (the "
+                        "speaker asrkit decode recorded in hyp.jsonl, the cut's supervision's; where none is "
+                        "recorded, the utterance id up to the first '-' or '_', as sc_stats, with a warning)")
     parser.add_argument("--alpha", type=float, default=ALPHA, help="significance level (default %(default)s)")
     parser.add_argument("--level", type=float, default=DEFAULT_LEVEL, help="interval level (default %(default)s)")
     parser.add_argument("--n-boot", type=int, default=DEFAULT_N_BOOT, help="bootstrap resamples (default %(default)s)")
@@ -393,11 +397,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--seed-keys", metavar="KEYS",
                         help="comma-separated config keys that may also differ between the seeds of a row, "
                         "e.g. train.init_from when each seed was fine-tuned from a pretrained model of its own seed")
+    return parser
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """``asrkit compare EXP [EXP ...] --out DIR [options]``."""
+    parser = build_parser()
     args = parser.parse_args(argv)
     if not 0 < args.alpha < 1:
         parser.error(f"--alpha must be in (0, 1), got {args.alpha}")
     try:
-        md = compare_experiments(args.exps, args.out, names=_csv(args.names), sets=_csv(args.sets),
+        md = compare_experiments(args.exps, args.out, names=_csv(args.names), sets=_csv(",".join(args.sets)) if args.sets else None,
                                  md_name=args.md_name, baselines=_csv(args.baseline) or (),
                                  by_seed=not args.no_seed_groups, seed_keys=_csv(args.seed_keys) or (),
                                  sign_unit=args.sign_unit, alpha=args.alpha,

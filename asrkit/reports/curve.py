@@ -106,16 +106,22 @@ def plot(curves: dict[str, list[dict]], out: Path, title: str) -> Optional[Path]
     return save_png(fig, out)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="asrkit curve", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--exp-dir", type=Path, required=True)
-    p.add_argument("--sets", nargs="+", required=True, help="sets to decode (parts of the corpus)")
+def build_parser() -> argparse.ArgumentParser:
+    from asrkit.cliargs import Parser, add_exp_dir, add_nj, add_overrides, add_sets
+
+    p = Parser(prog="asrkit curve", description=__doc__)
+    add_exp_dir(p)
+    add_sets(p, "sets to decode (parts of the corpus)")
     p.add_argument("--name", default="curve", help="output files EXP/<name>.md, .json, .png")
-    p.add_argument("--norm", default=None, help="scoring normalizer (as asrkit decode)")
-    p.add_argument("--nj", type=int, default=1)
+    p.add_argument("--norm", default=None, help="scoring normalizer (default: the corpus's own, as asrkit decode)")
+    add_nj(p, 1, "decoding processes (as asrkit decode)")
     p.add_argument("--no-decode", action="store_true", help="only collect the decode dirs already there")
-    p.add_argument("overrides", nargs="*", help="decode.* overrides, as for asrkit decode")
+    add_overrides(p, "decode.* overrides, as for asrkit decode")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = build_parser()
     args = p.parse_args(argv)
     # `--sets dev decode.beam=4`: items with '=' are overrides (as asrkit decode reads them)
     overrides = [s for s in args.sets if "=" in s] + args.overrides

@@ -336,39 +336,52 @@ def _add_cut_args(p: argparse.ArgumentParser) -> None:
                    help="synthetic durations with this corpus' mean/std (default: %(default)s)")
     p.add_argument("--num-utts", type=int, default=5000, help="synthetic utterances (default: %(default)s)")
     p.add_argument("--max-duration", type=float, default=240.0, help="seconds per batch (default: %(default)s)")
-    p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--epoch", type=int, default=1)
-    p.add_argument("--out", type=Path, required=True, help="output directory")
+    p.add_argument("--seed", type=int, default=42, help="sampler seed")
+    p.add_argument("--epoch", type=int, default=1, help="the epoch whose batches are drawn")
+    from asrkit.cliargs import add_out
+
+    add_out(p, "output directory", required=True)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from asrkit.cliargs import Parser, add_exp_dir, add_out, add_overrides, add_sets
+
+    p = Parser(prog="asrkit padfree", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="{hops,padding,hop-curve,bench-train}")
+    ph = sub.add_parser("hops", help="histogram of the hops of one epoch (paper Fig. 14)",
+                        description="Histogram of the hops of one epoch of the padding-free sampler (paper Fig. 14).")
+    _add_cut_args(ph)
+    pp = sub.add_parser("padding", help="padding fraction per sampler", description="Padding fraction per sampler.")
+    _add_cut_args(pp)
+    pc = sub.add_parser("hop-curve", help="decode with several hops: throughput vs WER (paper Fig. 17)",
+                        description="Decode with several hops: throughput vs WER (paper Fig. 17).")
+    add_exp_dir(pc)
+    add_sets(pc, "the corpus part to decode", one=True, legacy_set=True)
+    pc.add_argument("--hops", default="5,8,10,12,15,20", help="hops in ms (default: %(default)s)")
+    pc.add_argument("--checkpoint", default="last", help="last | best | avg | a path")
+    pc.add_argument("--device", default="cpu", help="where the model runs: cpu | cuda | cuda:N")
+    pc.add_argument("--manifest-dir", default=None, help="default: the experiment's data.manifest_dir")
+    pc.add_argument("--max-utts", type=int, default=0, help="at most this many utterances (0: all)")
+    pc.add_argument("--norm", default=None, help="scoring normalizer (default: the corpus's own)")
+    add_overrides(pc, "decode.* overrides for every hop, e.g. decode.method=wfst decode.lm=...")
+    pb = sub.add_parser("bench-train", help="training throughput: padded vs padding-free, tiny model, synthetic audio",
+                        description="Training throughput: padded vs padding-free, tiny model, synthetic audio.")
+    add_out(pb, "output directory", required=True)
+    pb.add_argument("--num-utts", type=int, default=48, help="synthetic utterances")
+    pb.add_argument("--steps", type=int, default=8, help="training steps per pipeline")
+    pb.add_argument("--max-duration", type=float, default=20.0, help="seconds of audio per batch")
+    pb.add_argument("--threads", type=int, default=1, help="torch threads")
+    pb.add_argument("--seed", type=int, default=0, help="random seed")
+    return p
 
 
 def main(argv: list[str] | None = None) -> int:
     from asrkit.utils import setup_logging
 
-    p = argparse.ArgumentParser(prog="asrkit padfree", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="cmd", required=True)
-    ph = sub.add_parser("hops", help="histogram of the hops of one epoch (paper Fig. 14)")
-    _add_cut_args(ph)
-    pp = sub.add_parser("padding", help="padding fraction per sampler")
-    _add_cut_args(pp)
-    pc = sub.add_parser("hop-curve", help="decode with several hops: throughput vs WER (paper Fig. 17)")
-    pc.add_argument("--exp-dir", type=Path, required=True)
-    pc.add_argument("--set", required=True)
-    pc.add_argument("--hops", default="5,8,10,12,15,20", help="hops in ms (default: %(default)s)")
-    pc.add_argument("--checkpoint", default="last")
-    pc.add_argument("--device", default="cpu")
-    pc.add_argument("--manifest-dir", default=None, help="default: the experiment's data.manifest_dir")
-    pc.add_argument("--max-utts", type=int, default=0)
-    pc.add_argument("--norm", default=None)
-    pc.add_argument("overrides", nargs="*", help="decode.* overrides for every hop, e.g. decode.method=wfst decode.lm=...")
-    pb = sub.add_parser("bench-train", help="training throughput: padded vs padding-free, tiny model, synthetic audio")
-    pb.add_argument("--out", type=Path, required=True)
-    pb.add_argument("--num-utts", type=int, default=48)
-    pb.add_argument("--steps", type=int, default=8)
-    pb.add_argument("--max-duration", type=float, default=20.0)
-    pb.add_argument("--threads", type=int, default=1)
-    pb.add_argument("--seed", type=int, default=0)
+    p = build_parser()
     args = p.parse_args(argv)
+    if getattr(args, "sets", None):
+        args.set = args.sets[0]
     setup_logging()
 
     if args.cmd == "hops":

@@ -229,25 +229,34 @@ def _score_all(exp_dir: Path, norm: Optional[str]) -> None:
         if tok.parts and not tok.is_absolute() and not tok.is_file():  # relative to the recipe dir
             tok = exp_dir.resolve().parent.parent / tok
         fold = tokenizer_fold(tok) if tok.parts else "none"
-    norm = norm or corpus_normalizer(corpus, fold)  # references folded as the model's training text
+    own = corpus_normalizer(corpus, fold)  # references folded as the model's training text
     dirs = sorted(d for d in exp_dir.glob("decode_*") if (d / "hyp.jsonl").is_file())
     if not dirs:
         raise ValueError(f"no decode_*/hyp.jsonl in {exp_dir} (run the decode stage first)")
-    for d in dirs:
-        score_dir(d, bins=bins, normalizer=norm)
+    from asrkit.scoring import read_decode_info
+
+    for d in dirs:  # the one the decoder recorded (asrkit decode --norm, the corpus's own), as asrkit score
+        score_dir(d, bins=bins, normalizer=norm or read_decode_info(d).get("normalizer") or own)
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    """``asrkit report EXPDIR``: write and print ``EXPDIR/RESULTS.md``."""
-    parser = argparse.ArgumentParser(
+def build_parser() -> argparse.ArgumentParser:
+    from asrkit.cliargs import Parser, add_exp_dir
+
+    parser = Parser(
         prog="asrkit report",
         description="Collect EXPDIR/decode_*/wer.json (from asrkit score) into EXPDIR/RESULTS.md.",
     )
-    parser.add_argument("exp_dir", metavar="EXPDIR")
+    add_exp_dir(parser, positional=True)
     parser.add_argument("--score", action="store_true",
                         help="first score every EXPDIR/decode_*/hyp.jsonl (bins and normalizer from EXPDIR/config.yaml)")
-    parser.add_argument("--norm", default=None, help="with --score: normalizer (default: the corpus' own)")
-    args = parser.parse_args(argv)
+    parser.add_argument("--norm", default=None, help="with --score: normalizer (default: the one asrkit decode "
+                        "recorded, i.e. the corpus's own)")
+    return parser
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """``asrkit report [--exp-dir] EXPDIR``: write and print ``EXPDIR/RESULTS.md``."""
+    args = build_parser().parse_args(argv)
     try:
         if args.score:
             _score_all(Path(args.exp_dir), args.norm)

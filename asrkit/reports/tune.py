@@ -195,22 +195,29 @@ def plot(doc: dict, out: Path) -> Optional[Path]:
     return save_png(fig, out)
 
 
-def main(argv: list[str] | None = None) -> int:
-    flush_denormals()
-    p = argparse.ArgumentParser(prog="asrkit tune", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--exp-dir", type=Path, required=True)
-    p.add_argument("--set", required=True, help="the development set to tune on (a part of the corpus)")
+def build_parser() -> argparse.ArgumentParser:
+    from asrkit.cliargs import Parser, add_exp_dir, add_nj, add_out, add_overrides, add_sets
+
+    p = Parser(prog="asrkit tune", description=__doc__)
+    add_exp_dir(p)
+    add_sets(p, "the development set to tune on (one part of the corpus)", one=True, legacy_set=True)
     p.add_argument("--grid", nargs="+", required=True, metavar="decode.KEY=V1,V2,...",
                    help="the values to try of each decode key; every combination is decoded")
     p.add_argument("--checkpoint", default="last", help="last | best | avg | a path (as asrkit decode)")
     p.add_argument("--raw-weights", action="store_true", help="the trained weights, not their moving average")
     p.add_argument("--norm", default=None, help="scoring normalizer (default: the corpus's, as asrkit decode)")
-    p.add_argument("--out", type=Path, default=None, help="output dir (default: EXP/tune_<set>)")
-    p.add_argument("--nj", type=int, default=1, help="processes sharing the grid points (each gets cores / nj threads)")
-    p.add_argument("overrides", nargs="*", help="fixed decode.* overrides, e.g. decode.method=wfst decode.lm=DIR, "
-                   "before --grid (after it, an item of one value is a grid of one point: the same, but in best.args)")
+    add_out(p, "output dir (default: EXP/tune_<set>)", default=None)
+    add_nj(p, 1, "processes sharing the grid points (each gets cores / nj threads)")
+    add_overrides(p, "fixed decode.* overrides, e.g. decode.method=wfst decode.lm=DIR, before --grid (after it, "
+                  "an item of one value is a grid of one point: the same, but in best.args)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    flush_denormals()
+    p = build_parser()
     args = p.parse_args(argv)
+    args.set = args.sets[0]
     setup_logging()
     from asrkit.config import with_overrides
     from asrkit.decode.methods import Decoder
@@ -235,6 +242,13 @@ def main(argv: list[str] | None = None) -> int:
             cfgs.append(c)
         if cfg.decode.batch_size != 1:
             raise ConfigError(f"decode.batch_size={cfg.decode.batch_size}: asrkit tune encodes one utterance at a time")
+        from asrkit.decode.methods import resolve_device
+
+        if args.nj > 1 and cfg.decode.device.startswith("cuda"):
+            raise ConfigError(f"decode.device={cfg.decode.device} with --nj {args.nj}: the grid's processes run on the "
+                              "CPU; use --nj 1 on a GPU")
+        # auto with --nj > 1: the CPU (the grid points are shared among CPU processes)
+        model = model.to(resolve_device("cpu" if args.nj > 1 else cfg.decode.device))
     except (ConfigError, FileNotFoundError, ValueError) as e:
         print(f"asrkit tune: error: {e}", file=sys.stderr)
         return 2
@@ -261,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         logger.info("%s: WER %.2f %%", fmt_args(point), r["wer"])
     logger.info("%d grid points searched in %.1f s (%d processes)", len(points), time.perf_counter() - t0, args.nj)
     best = best_index(results)
-    cmd = " ".join(["asrkit tune --exp-dir", str(args.exp_dir), "--set", args.set, "--checkpoint", args.checkpoint,
+    cmd = " ".join(["asrkit tune --exp-dir", str(args.exp_dir), "--sets", args.set, "--checkpoint", args.checkpoint,
                     *args.overrides, "--grid", *args.grid])
     doc = {"exp_dir": str(args.exp_dir), "set": args.set, "checkpoint": args.checkpoint, "normalizer": norm,
            "fixed": list(args.overrides), "grid": [[k, v] for k, v in grid], "points": results, "best": best,

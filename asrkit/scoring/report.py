@@ -222,14 +222,47 @@ def write_outputs(
     return doc
 
 
+def default_normalizer(decode_dir: Union[str, Path]) -> str:
+    """The normalizer a decode dir is scored with when none is given: the one ``asrkit decode``
+    recorded in ``decode_info.json`` (the corpus's own, or the recipe's ``--score_norm``), else the
+    one of an earlier scoring (``wer.json``: the recipe's stage 6), else the corpus's own by the
+    experiment's ``config.yaml`` (``data.corpus``) one level up, else ``none``."""
+    d = Path(decode_dir)
+    name = read_decode_info(d).get("normalizer")
+    if name:
+        return str(name)
+    try:
+        wer = json.loads((d / "wer.json").read_text(encoding="utf-8"))
+        name = (wer.get("normalizer") or {}).get("name")
+        if name:
+            return str(name)
+    except (OSError, ValueError, AttributeError):
+        pass
+    cfg = d.parent / "config.yaml"
+    if cfg.is_file():
+        import yaml
+
+        from asrkit.textnorm import corpus_normalizer
+
+        try:
+            corpus = ((yaml.safe_load(cfg.read_text(encoding="utf-8")) or {}).get("data") or {}).get("corpus")
+        except (yaml.YAMLError, AttributeError):
+            corpus = None
+        if corpus:
+            return corpus_normalizer(str(corpus))
+    return "none"
+
+
 def score_dir(
     decode_dir: Union[str, Path],
     bins: Union[str, Sequence[float]] = DEFAULT_BINS,
-    normalizer: Union[str, Normalizer] = "none",
+    normalizer: Union[str, Normalizer, None] = None,
     alignment: str = DEFAULT_ALIGNMENT,
 ) -> ScoreResult:
     """Score ``decode_dir/hyp.jsonl`` and write the four output files next to it.
 
+    ``normalizer``: a name or :class:`Normalizer`; ``None``: :func:`default_normalizer` (the one
+    the decoder recorded, so a hand-run ``asrkit score`` gives the recipe's WER).
     ``alignment``: ``"sclite"`` (default) or ``"levenshtein"`` (see :func:`score_pairs`).
     """
     d = Path(decode_dir)
@@ -237,6 +270,8 @@ def score_dir(
     if not hyp.is_file():
         raise ScoringError(f"{hyp}: no such file (expected the decode output of asrkit decode)")
     info = read_decode_info(d)
+    if normalizer is None:
+        normalizer = default_normalizer(d)
     result = score_pairs(
         read_hyp_jsonl(hyp), bins=bins, normalizer=normalizer, alignment=alignment
     )
@@ -245,9 +280,10 @@ def score_dir(
     return result
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    """``asrkit score DIR [DIR ...] [--bins 10,15,20] [--norm NAME] [--align NAME]``."""
-    parser = argparse.ArgumentParser(
+def build_parser() -> argparse.ArgumentParser:
+    from asrkit.cliargs import Parser
+
+    parser = Parser(
         prog="asrkit score",
         description="Score DIR/hyp.jsonl: writes result.txt, per_utt.txt, errors.txt and "
         "wer.json into each DIR and prints the summary.",
@@ -260,9 +296,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     )
     parser.add_argument(
         "--norm",
-        default="none",
-        choices=sorted(NORMALIZERS),
-        help="text normalizer applied to ref and hyp (default: %(default)s)",
+        default=None,
+        metavar="NAME",
+        help=f"text normalizer applied to ref and hyp: {', '.join(sorted(NORMALIZERS))}, each also as NAME+ascii "
+        "(default: the one asrkit decode recorded in DIR/decode_info.json, i.e. the corpus's own, as the recipe "
+        "scores; else that of DIR/wer.json; else the corpus's of DIR/../config.yaml; else none)",
     )
     parser.add_argument(
         "--align",
@@ -272,11 +310,24 @@ def main(argv: Optional[list[str]] = None) -> int:
         "ins 3, del 3); 'levenshtein' gives jiwer's and Kaldi compute-wer's (unit costs) "
         "(default: %(default)s)",
     )
+    return parser
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """``asrkit score DIR [DIR ...] [--bins 10,15,20] [--norm NAME] [--align NAME]``."""
+    parser = build_parser()
     args = parser.parse_args(argv)
     try:
         edges = parse_bins(args.bins)
     except ScoringError as e:
         parser.error(str(e))
+    if args.norm is not None:
+        from asrkit.textnorm import get_normalizer
+
+        try:
+            get_normalizer(args.norm)
+        except ValueError as e:
+            parser.error(f"--norm: {e}")
     failed = 0
     for d in args.dirs:
         try:

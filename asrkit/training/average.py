@@ -106,15 +106,21 @@ def write_average(exp_dir: Path | str, state: dict) -> Path:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    from asrkit.utils import setup_logging
+def build_parser() -> argparse.ArgumentParser:
+    from asrkit.cliargs import Parser, add_exp_dir
 
-    p = argparse.ArgumentParser(prog="asrkit average", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--exp-dir", type=Path, required=True)
+    p = Parser(prog="asrkit average", description=__doc__)
+    add_exp_dir(p, help="experiment directory (writes checkpoints/averaged.pt there)")
     p.add_argument("--num", type=int, default=5, help="how many epoch checkpoints to average (default 5)")
     p.add_argument("--by", choices=("last", "best"), default="best",
                    help="best: lowest dev WER in checkpoints/index.json (default); last: the newest")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from asrkit.utils import setup_logging
+
+    args = build_parser().parse_args(argv)
     setup_logging()
     try:
         paths = select(args.exp_dir, args.num, args.by)

@@ -61,11 +61,17 @@ def config_from_dict(data: dict) -> Config:
     return validate_config(_config.config_from_dict(data))
 
 
+def build_parser() -> argparse.ArgumentParser:
+    from asrkit.cliargs import Parser, add_overrides
+
+    p = Parser(prog="asrkit config", description="Validate a config and print it resolved.")
+    p.add_argument("config", type=Path, help="a YAML config (e.g. conf/train.yaml)")
+    add_overrides(p, "key=value overrides, e.g. encoder.pos_enc=cape (docs/config.md)")
+    return p
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="asrkit config", description="Validate a config and print it resolved.")
-    p.add_argument("config", type=Path)
-    p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. encoder.pos_enc=cape")
-    args = p.parse_args(argv)
+    args = build_parser().parse_args(argv)
     try:
         cfg = load_config(args.config, args.overrides)
     except ConfigError as e:

@@ -41,7 +41,7 @@ from asrkit.config import Config
 from asrkit.schema import ConfigError
 from asrkit.training import TrainingError
 from asrkit.training.checks import load_config
-from asrkit.training.distributed import (DistInfo, DistributedError, broadcast_object, describe_failure,
+from asrkit.training.distributed import (DistInfo, DistributedError, broadcast_object, describe_failure, device_for_ngpu,
                                          init_distributed, setup_rank_logging)
 from asrkit.training.lock import ExpLock, LockedError
 from asrkit.training.loop import Trainer
@@ -86,16 +86,28 @@ def _lost_lock(message: str) -> None:
     os._exit(1)
 
 
+def build_parser() -> argparse.ArgumentParser:
+    from asrkit.cliargs import Parser, add_exp_dir, add_overrides
+
+    p = Parser(prog="asrkit train", description=__doc__)
+    p.add_argument("--config", type=Path, required=True, help="the YAML training config (e.g. conf/train.yaml)")
+    add_exp_dir(p, help="experiment directory to write (checkpoints, logs); a rerun resumes from it")
+    add_overrides(p, "key=value config overrides, e.g. encoder.pos_enc=cape train.device=cpu (docs/config.md)")
+    p.add_argument("--ngpu", type=int, default=None, metavar="N",
+                   help="as ESPnet's: 0 = train on the CPU even where there is a GPU (train.device=cpu); N >= 1 = on "
+                        "GPUs (train.device=cuda; N > 1 processes: torchrun --nproc_per_node N -m asrkit train ...); "
+                        "default: train.device of the config (auto: the GPU when there is one)")
+    return p
+
+
 def main(argv: list[str] | None = None) -> int:
     flush_denormals()  # before any torch computation (asrkit.utils.flush_denormals)
-    p = argparse.ArgumentParser(prog="asrkit train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", type=Path, required=True)
-    p.add_argument("--exp-dir", type=Path, required=True)
-    p.add_argument("overrides", nargs="*", help="key=value config overrides")
-    args = p.parse_args(argv)
+    args = build_parser().parse_args(argv)
     try:
+        if args.ngpu is not None:  # --ngpu wins over the config and the overrides' train.device
+            args.overrides = [*args.overrides, f"train.device={device_for_ngpu(args.ngpu)}"]
         cfg = load_config(args.config, args.overrides)
-    except ConfigError as e:
+    except (ConfigError, DistributedError) as e:
         print(f"asrkit train: config error: {e}", file=sys.stderr)
         return 2
     try:

@@ -67,6 +67,16 @@ def env_dist_info(timeout_s: float = 600.0) -> DistInfo:
     return info
 
 
+def device_for_ngpu(ngpu: Optional[int], device_pref: str = "auto") -> str:
+    """``train.device`` for ESPnet's ``--ngpu``: 0 is the CPU even where CUDA is available, N >= 1
+    a GPU per process (cuda; an error later where there is none), None leaves ``device_pref``."""
+    if ngpu is None:
+        return device_pref
+    if ngpu < 0:
+        raise DistributedError(f"--ngpu {ngpu}: give 0 (the CPU) or the number of GPUs")
+    return "cpu" if ngpu == 0 else "cuda"
+
+
 def init_distributed(device_pref: str = "auto", timeout_s: float = 600.0) -> tuple[DistInfo, torch.device]:
     """Set up the process group (NCCL on GPU, gloo on CPU) when launched by ``torchrun`` with
     ``WORLD_SIZE > 1``; pick this rank's device (``cuda:LOCAL_RANK`` or ``cpu``)."""

@@ -51,12 +51,16 @@ average_num=0      # >0: average the last/best N epoch checkpoints before decodi
 average_by=best    # last | best (dev WER)
 lm_order=0         # >0: train a word n-gram LM of this order in stage 3 (and a TLG graph)
 lm_text=           # extra LM training text files (e.g. WSJ's LM corpus)
-ngpu=0             # >1: torchrun --nproc_per_node ngpu
+ngpu=              # 0: train on the CPU even where there is a GPU (as ESPnet); N >= 1: N processes (N > 1:
+                   # torchrun --nproc_per_node N), each on a GPU where there is one; empty: one process, on the
+                   # GPU when there is one (train.device=auto)
+gpu_inference=false # true: decode (and tune) on the GPU, decode.device=cuda, one process (as ESPnet's
+                   # --gpu_inference); false: on the CPU with --nj processes (decode.device=cpu)
 num_nodes=1        # >1: multi-node through cmd.sh's backend
 nj=2
 force=false        # true: rerun stages even if their .done marker exists
 
-__asrkit_opts="stage stop_stage corpus corpus_dir corpus_name score_norm train_sets aux_train_sets dev_set test_sets longform_sets prepare_args on_bad feats manifest_dir shar_dir token_type nbpe lexicon token_fold train_config train_args expdir tag decode_args tune_grid checkpoint average_num average_by lm_order lm_text ngpu num_nodes nj force"
+__asrkit_opts="stage stop_stage corpus corpus_dir corpus_name score_norm train_sets aux_train_sets dev_set test_sets longform_sets prepare_args on_bad feats manifest_dir shar_dir token_type nbpe lexicon token_fold train_config train_args expdir tag decode_args tune_grid checkpoint average_num average_by lm_order lm_text ngpu gpu_inference num_nodes nj force"
 __asrkit_append_opts="prepare_args"
 # how to rerun this recipe from its directory, for the remedies that error messages print
 # (run.sh exports its own command line; called directly, this script's)
@@ -65,6 +69,7 @@ export ASRKIT_RECIPE_CMD=${ASRKIT_RECIPE_CMD:-$(printf '%q ' "$0" "$@")}
 [ $# -eq 0 ] || { echo "$0: unexpected argument(s): $*" >&2; exit 2; }
 # option values are checked before any work: a typo must neither run nothing nor half a stage
 for v in stage stop_stage nbpe average_num lm_order ngpu num_nodes nj; do
+    [ "$v" = ngpu ] && [ -z "$ngpu" ] && continue  # empty: one process, the GPU when there is one
     [[ "${!v}" =~ ^[0-9]+$ ]] || { echo "$0: --${v} must be a whole number >= 0, got '${!v}'" >&2; exit 2; }
     printf -v "$v" '%d' "$((10#${!v}))"  # 08 is 8, not an octal error later
 done
@@ -72,7 +77,7 @@ for v in num_nodes nj nbpe; do
     [ "${!v}" -ge 1 ] || { echo "$0: --${v} must be >= 1, got ${!v}" >&2; exit 2; }
 done
 [ "$stage" -le "$stop_stage" ] || { echo "$0: --stage $stage is after --stop_stage $stop_stage: nothing to run" >&2; exit 2; }
-for v in "token_type letters bpe unigram phones" "token_fold none ascii" "average_by last best" "on_bad raise skip" "force true false" "feats stored on_the_fly"; do
+for v in "token_type letters bpe unigram phones" "token_fold none ascii" "average_by last best" "on_bad raise skip" "force true false" "gpu_inference true false" "feats stored on_the_fly"; do
     read -r name valid <<< "$v"
     [[ " $valid " == *" ${!name} "* ]] || { echo "$0: --${name} must be one of: $valid; got '${!name}'" >&2; exit 2; }
 done
@@ -120,16 +125,16 @@ if [ -n "$aux_new" ] && [ -f "$markers/stage1.done" ] && [ "$force" != true ]; t
     [ "$stage" -le 2 ] || { echo "$0: no cuts manifest of --aux_train_sets part(s)$aux_new in $manifest_dir: rerun with --stage 1 (stages 1 and 2 then run for them alone)" >&2; exit 2; }
     log "stages 1-2 for the new training part(s)$aux_new"
     # shellcheck disable=SC2086
-    asrkit prepare "$corpus" --corpus-dir "$corpus_dir" --out "$manifest_dir" --parts $aux_new --num-jobs "$nj" $prepare_args
+    asrkit prepare "$corpus" --corpus-dir "$corpus_dir" --out "$manifest_dir" --parts $aux_new --nj "$nj" $prepare_args
     fbank=(); [ "$feats" = stored ] && fbank=(--fbank-parts $aux_new --speed-parts $aux_new --train-config "$train_config" --train-args "$train_args")
     # shellcheck disable=SC2086
-    asrkit cuts --corpus "$corpus_name" --manifest-dir "$manifest_dir" --parts $aux_new --num-jobs "$nj" \
+    asrkit cuts --corpus "$corpus_name" --manifest-dir "$manifest_dir" --parts $aux_new --nj "$nj" \
         --on-bad "$on_bad" ${fbank[@]+"${fbank[@]}"}
 fi
 
 if run_stage 1 $markers "data"; then
     # shellcheck disable=SC2086
-    asrkit prepare "$corpus" --corpus-dir "$corpus_dir" --out "$manifest_dir" --parts $all_sets --num-jobs "$nj" $prepare_args
+    asrkit prepare "$corpus" --corpus-dir "$corpus_dir" --out "$manifest_dir" --parts $all_sets --nj "$nj" $prepare_args
     finish_stage 1 $markers
 fi
 
@@ -137,7 +142,7 @@ if run_stage 2 $markers "manifests: audio check, stored fbank, long-form windows
     fbank=(); [ "$feats" = stored ] && fbank=(--fbank-parts $train_sets $aux_train_sets $dev_set --speed-parts $train_sets $aux_train_sets --train-config "$train_config" --train-args "$train_args")
     [ -n "$shar_dir" ] && fbank+=(--shar-dir "$shar_dir" --shar-parts $train_sets)
     # shellcheck disable=SC2086
-    asrkit cuts --corpus "$corpus_name" --manifest-dir "$manifest_dir" --parts $all_sets --num-jobs "$nj" \
+    asrkit cuts --corpus "$corpus_name" --manifest-dir "$manifest_dir" --parts $all_sets --nj "$nj" \
         --on-bad "$on_bad" ${longform_sets:+--longform $longform_sets} ${fbank[@]+"${fbank[@]}"}
     finish_stage 2 $markers
 fi
@@ -163,7 +168,7 @@ if run_stage 4 "$expdir/.done" "train -> $expdir"; then
     # backend (cmd.sh): local = this machine (torchrun --nproc_per_node $ngpu when > 1);
     # slurm = srun + torchrun on $num_nodes nodes (conf/slurm.conf). Rerunning resumes.
     . "$(dirname "${BASH_SOURCE[0]}")/cmd_backends.sh"
-    train_launcher "$ngpu" "$num_nodes" || exit 2
+    train_launcher "${ngpu:-0}" "$num_nodes" || exit 2
     log "launcher: ${launcher[*]}"
     : > "$expdir/.train_started"
     rc=0
@@ -173,7 +178,8 @@ if run_stage 4 "$expdir/.done" "train -> $expdir"; then
     "${launcher[@]}" train --config "$train_config" --exp-dir "$expdir" \
         data.corpus="$corpus_name" data.manifest_dir="$manifest_dir" data.train_sets="$train_sets_yaml" \
         data.dev_set="$dev_set" tokens.kind="$token_type" tokens.path="$token_file" \
-        $([ "$feats" = stored ] || echo data.features=on_the_fly) ${shar_dir:+data.shar_dir="$shar_dir"} $train_args || rc=$?
+        $([ "$feats" = stored ] || echo data.features=on_the_fly) ${shar_dir:+data.shar_dir="$shar_dir"} \
+        $([ "$ngpu" != 0 ] || echo train.device=cpu) $train_args || rc=$?
     trap - TERM INT USR1
     if [ "$rc" -ne 0 ]; then
         # stopped by a signal (time limit, preemption, Ctrl-C) with a checkpoint: resumable
@@ -200,15 +206,19 @@ if run_stage 5 "$expdir/.done" "decode"; then
         asrkit average --exp-dir "$expdir" --num "$average_num" --by "$average_by"
         checkpoint=avg
     fi
+    # where decoding runs (--gpu_inference): decode.device first, so --decode_args may still override it
+    if [ "$gpu_inference" = true ]; then dev_args=decode.device=cuda; dec_nj=1; else dev_args=decode.device=cpu; dec_nj=$nj; fi
     tuned=""
     if [ -n "$tune_grid" ]; then
         # shellcheck disable=SC2086
-        asrkit tune --exp-dir "$expdir" --set "$dev_set" --checkpoint "$checkpoint" --nj "$nj" $decode_args --grid $tune_grid
+        asrkit tune --exp-dir "$expdir" --sets "$dev_set" --checkpoint "$checkpoint" --nj "$dec_nj" \
+            ${score_norm:+--norm "$score_norm"} $dev_args $decode_args --grid $tune_grid
         tuned=$(cat "$expdir/tune_$dev_set/best.args")
         log "decoding with the weights chosen on $dev_set: $tuned"
     fi
     # shellcheck disable=SC2086
-    asrkit decode --exp-dir "$expdir" --sets $decode_sets --checkpoint "$checkpoint" --nj "$nj" --no-score $decode_args $tuned
+    asrkit decode --exp-dir "$expdir" --sets $decode_sets --checkpoint "$checkpoint" --nj "$dec_nj" --no-score \
+        ${score_norm:+--norm "$score_norm"} $dev_args $decode_args $tuned
     finish_stage 5 "$expdir/.done"
 fi
 

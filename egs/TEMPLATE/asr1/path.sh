@@ -3,7 +3,8 @@
 # the set-up runs once per run ($ASRKIT_SETUP_DONE names the venv it was done for).
 # ASRKIT_ROOT (default: the checkout holding this file) lets a copied recipe dir run outside the repo.
 ASRKIT_ROOT=${ASRKIT_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)}
-if [ "${ASRKIT_SETUP_DONE:-}" != "${ASRKIT_VENV:-$ASRKIT_ROOT/.venv}" ]; then
+# (not for `run.sh --help`: utils/recipe_help.sh sets __ASRKIT_HELP, and help installs nothing)
+if [ -z "${__ASRKIT_HELP:-}" ] && [ "${ASRKIT_SETUP_DONE:-}" != "${ASRKIT_VENV:-$ASRKIT_ROOT/.venv}" ]; then
     "$ASRKIT_ROOT/tools/setup.sh" >&2
     export ASRKIT_SETUP_DONE=${ASRKIT_VENV:-$ASRKIT_ROOT/.venv}
 fi

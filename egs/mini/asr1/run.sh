@@ -11,6 +11,7 @@
 # in each duration bin <10, 10-15, 15-20, >=20 s: >= 1000 words per bin).
 set -euo pipefail
 cd "$(dirname "$0")"
+. "${ASRKIT_ROOT:-../../..}/egs/TEMPLATE/asr1/utils/recipe_help.sh"  # --help: answers before any set-up
 . ./db.sh
 . ./path.sh
 . ../../TEMPLATE/asr1/utils/seeds.sh

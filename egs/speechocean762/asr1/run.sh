@@ -27,6 +27,7 @@
 # Every option of ../../TEMPLATE/asr1/asr.sh may be given too (they override the ones set here).
 set -euo pipefail
 cd "$(dirname "$0")"
+. "${ASRKIT_ROOT:-../../..}/egs/TEMPLATE/asr1/utils/recipe_help.sh"  # --help: answers before any set-up
 export ASRKIT_RECIPE_CMD="./run.sh$(printf ' %q' "$@")"  # how error messages say to rerun
 . ./db.sh
 . ./path.sh
@@ -63,7 +64,7 @@ stage=$(opt_last stage 1 ${args[@]+"${args[@]}"})
 stop_stage=$(opt_last stop_stage 6 ${args[@]+"${args[@]}"})
 
 [[ "$stage" =~ ^[0-9]+$ && "$stop_stage" =~ ^[0-9]+$ ]] || { echo "$0: --stage and --stop_stage must be whole numbers" >&2; exit 2; }
-if [ "$download" = true ] && [ "$stage" -le 1 ]; then
+if [ -z "${__ASRKIT_HELP:-}" ] && [ "$download" = true ] && [ "$stage" -le 1 ]; then
     # stage 0: download (resumable), verify, unpack into downloads/ (which becomes the corpus dir)
     corpus_dir=$PWD/downloads/speechocean762
     if [ -f downloads/.speechocean762.unpacked ] && [ -f "$corpus_dir/train/wav.scp" ]; then
@@ -82,7 +83,7 @@ if [ "$download" = true ] && [ "$stage" -le 1 ]; then
     fi
     [ "$stop_stage" -ge 1 ] || exit 0
 fi
-if [ ! -f "$corpus_dir/train/wav.scp" ] && [ ! -f "$corpus_dir/speechocean762/train/wav.scp" ] && [ "$stage" -le 1 ]; then
+if [ -z "${__ASRKIT_HELP:-}" ] && [ ! -f "$corpus_dir/train/wav.scp" ] && [ ! -f "$corpus_dir/speechocean762/train/wav.scp" ] && [ "$stage" -le 1 ]; then
     echo "$0: speechocean762 is not at $corpus_dir (no train/wav.scp). Get it with: ./run.sh --download true" \
          "(or download https://www.openslr.org/resources/101/speechocean762.tar.gz, unpack it and" \
          "export SPEECHOCEAN762=/path/to/speechocean762, or give --corpus_dir)" >&2
@@ -103,7 +104,7 @@ if [ "$token_type" = phones ] && [ -z "$(opt_last lexicon "" ${args[@]+"${args[@
     lex=$corpus_dir/resource/lexicon.txt; [ -f "$lex" ] || lex=$corpus_dir/speechocean762/resource/lexicon.txt
     recipe+=(--lexicon "$lex")  # the corpus's own (ARPAbet, stress removed by `asrkit tokens`)
 fi
-if [ -n "$pretrained" ]; then
+if [ -n "$pretrained" ] && [ -z "${__ASRKIT_HELP:-}" ]; then
     [ -e "$pretrained" ] || { echo "$0: --pretrained $pretrained does not exist: train the synthetic model first" \
         "(cd ../../mini/asr1 && ./run.sh --stop_stage 4 --tag train_conformer --train_config conf/train_conformer.yaml;" \
         "its model is ../../mini/asr1/exp/train_conformer; for --train_config conf/train.yaml: ./run.sh there, model" \

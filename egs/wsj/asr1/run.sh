@@ -11,6 +11,7 @@
 # --prepare_args adds to the recipe's own, e.g. --prepare_args "--allow-missing-discs").
 set -euo pipefail
 cd "$(dirname "$0")"
+. "${ASRKIT_ROOT:-../../..}/egs/TEMPLATE/asr1/utils/recipe_help.sh"  # --help: answers before any set-up
 # the command line as given, for the remedies error messages print ("run: ./run.sh ... --stage N ...")
 export ASRKIT_RECIPE_CMD="./run.sh$(printf ' %q' "$@")"
 . ./db.sh

@@ -10,7 +10,12 @@ while [ $# -gt 0 ]; do
     --help|-h)
         sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"
         echo "options (current values):"
-        for __v in ${__asrkit_opts:-}; do echo "  --$__v ${!__v}"; done
+        for __v in ${__asrkit_opts:-}; do
+            echo "  --$__v ${!__v}"
+            # what it is: the comment beside its default in the script (and its continuation lines)
+            awk -v v="$__v" '$0 ~ "^"v"=" {on=1; sub(/^[^#]*#? ?/, ""); if ($0 != "") print "        " $0; next}
+                on && /^ +# / {sub(/^ +# ?/, ""); print "        " $0; next} {on=0}' "$0"
+        done
         exit 0 ;;
     --*=*)
         __name=${1%%=*}; __name=${__name#--}; __name=${__name//-/_}; __val=${1#*=}; shift ;;
