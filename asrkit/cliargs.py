@@ -1,15 +1,5 @@
-"""The command-line conventions every ``asrkit <command>`` parser shares: one name per concept.
-
-=============== ================================ =========================================
-concept         canonical option                 old names (still accepted, not in help)
-=============== ================================ =========================================
-parallelism     ``--nj N``                       ``--num-jobs``, ``--jobs``
-experiment dir  ``--exp-dir DIR``                positional ``EXPDIR`` where a command took one
-output          ``--out PATH``                   ``--output-dir``
-sets            ``--sets SET [SET ...]``         ``--set SET`` (one set, without ``=``)
-overrides       ``key=value`` positional, or     (both the same way in every command)
-                ``--set key=value`` (repeatable)
-=============== ================================ =========================================
+"""The command-line conventions every ``asrkit <command>`` parser shares: one name per concept
+(:data:`CONVENTIONS`: the canonical option and the old names that still parse, hidden in help).
 
 :class:`Parser` is an ``argparse.ArgumentParser`` whose help shows every option's default,
 hides the old names, and has no reStructuredText markup; its ``parse_args`` merges the two
@@ -23,6 +13,17 @@ import copy
 import re
 from pathlib import Path
 from typing import Any, Optional, Sequence
+
+#: (concept, canonical form, old forms still accepted) -- docs/cli.md shows this table
+CONVENTIONS: list[tuple[str, str, str]] = [
+    ("parallelism", "--nj N", "--num-jobs N, --jobs N"),
+    ("experiment dir", "--exp-dir DIR", "a positional EXPDIR where a command took one (asrkit report)"),
+    ("output", "--out PATH", "--output-dir (asrkit transcribe)"),
+    ("input manifests", "--manifest-dir DIR", "--manifests (asrkit longform)"),
+    ("sets", "--sets SET [SET ...]", "--set SET (one set, a value without '=': tune, padfree, analysis)"),
+    ("config / decoding overrides", "KEY=VALUE (positional) or --set KEY=VALUE (repeatable)",
+     "either form in every command that takes overrides; positional ones first"),
+]
 
 #: attribute of an argparse action listing its option strings kept for old scripts (hidden in help)
 _ALIASES = "_asrkit_aliases"

@@ -299,3 +299,26 @@ def test_resolve_device(monkeypatch):
     assert resolve_device("auto") == torch.device("cuda:0") and resolve_device("cuda:1") == torch.device("cuda:1")
     with pytest.raises(ConfigError, match="only 2 CUDA device"):
         resolve_device("cuda:2")
+
+
+# ------------------------------------------------------------------------ generated references
+
+@pytest.mark.parametrize("rel", ["docs/cli.md", "docs/config.md"])
+def test_generated_references_are_current(rel):
+    from asrkit.cli_docs import REGENERATE, pages
+
+    want = pages()[Path(rel)]
+    have = (REPO / rel).read_text(encoding="utf-8") if (REPO / rel).is_file() else ""
+    assert have == want, f"{rel} differs from what the code generates: regenerate it with `{REGENERATE}` and commit it"
+
+
+def test_references_cover_every_command_and_key():
+    from asrkit.cli_docs import cli_md, config_md
+    from asrkit.config import config_keys
+
+    cli, cfg = cli_md(), config_md()
+    for name in COMMANDS:
+        assert f"\n### asrkit {name}\n" in cli, name
+    assert "\n#### asrkit lm graph\n" in cli and "\n#### asrkit padfree hop-curve\n" in cli
+    for k in config_keys():
+        assert f"| `{k['key']}` |" in cfg, k["key"]
