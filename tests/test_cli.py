@@ -322,3 +322,62 @@ def test_references_cover_every_command_and_key():
     assert "\n#### asrkit lm graph\n" in cli and "\n#### asrkit padfree hop-curve\n" in cli
     for k in config_keys():
         assert f"| `{k['key']}` |" in cfg, k["key"]
+
+
+# ------------------------------------------------------------------------------------ set-up
+
+FAKE_PY = """#!/usr/bin/env bash
+# stands in for an environment's python: logs pip installs, answers the checks tools/setup.sh makes
+case "$*" in
+  "-m pip install"*) echo "$*" >> "{log}" ;;
+  *"sys.prefix"*) echo "{prefix}" ;;
+  *"print("*) echo "torch x lhotse y" ;;
+esac
+exit 0
+"""
+
+
+def _fake_env(root: Path, name: str) -> Path:
+    env = root / name
+    (env / "bin").mkdir(parents=True)
+    for exe in ("python", "python3"):
+        (env / "bin" / exe).write_text(FAKE_PY.format(log=root / f"{name}.log", prefix=env))
+        (env / "bin" / exe).chmod(0o755)
+    return env
+
+
+def _setup(*args: str, **env: str) -> subprocess.CompletedProcess:
+    e = {k: v for k, v in os.environ.items() if not k.startswith("ASRKIT_")}
+    e.update(env)
+    return subprocess.run(["bash", str(REPO / "tools" / "setup.sh"), *args], env=e, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_setup_installs_the_runtime_or_dev_extras_once(tmp_path):
+    env = _fake_env(tmp_path, "conda")
+    log = tmp_path / "conda.log"
+    installs = lambda: log.read_text().splitlines() if log.exists() else []  # noqa: E731
+    assert _setup(ASRKIT_VENV=str(env)).returncode == 0  # an existing environment: used, nothing created
+    assert installs() == [f"-m pip install -q -e {REPO}[export]"]
+    assert _setup(ASRKIT_VENV=str(env)).returncode == 0
+    assert len(installs()) == 1  # idempotent
+    assert _setup(ASRKIT_VENV=str(env), ASRKIT_DEV="1").returncode == 0  # tools/test.sh
+    assert installs()[-1] == f"-m pip install -q -e {REPO}[dev]"
+    assert _setup(ASRKIT_VENV=str(env)).returncode == 0
+    assert len(installs()) == 2  # the dev install has the runtime
+    assert (env / ".asrkit-setup-stamp").read_text().split()[1] == "dev"
+
+
+def test_setup_no_venv_uses_the_python_on_path(tmp_path):
+    env = _fake_env(tmp_path, "active")
+    r = _setup("--no-venv", PATH=f"{env / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    assert r.returncode == 0, r.stderr
+    assert "using the current environment" in r.stdout
+    assert (tmp_path / "active.log").read_text().splitlines() == [f"-m pip install -q -e {REPO}[export]"]
+    assert _setup("--bogus").returncode == 2
+
+
+def test_test_command_asks_for_the_dev_extras():
+    text = (REPO / "tools" / "test.sh").read_text()
+    assert 'ASRKIT_DEV=1 "$root/tools/setup.sh"' in text
+    assert "tools/test.sh" in (REPO / ".ci" / "run").read_text()

@@ -3,11 +3,12 @@
 # Extra arguments go to pytest, e.g. tools/test.sh -k tokenizer -x
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-"$root/tools/setup.sh"
+ASRKIT_DEV=1 "$root/tools/setup.sh"  # the dev extras (pytest, hypothesis, ruff...); users' set-up has none
 cd "$root"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 set +e
-"${ASRKIT_VENV:-$root/.venv}/bin/python" -m pytest "$@"
+if [ "${ASRKIT_USE_CURRENT_ENV:-0}" = 1 ]; then py=$(command -v python3 || command -v python); else py=${ASRKIT_VENV:-$root/.venv}/bin/python; fi
+"$py" -m pytest "$@"
 rc=$?
 set -e
 # pytest exit code 5 = no tests collected (e.g. a -k filter that matches nothing): not a failure.

@@ -9,5 +9,6 @@ if [ -z "${__ASRKIT_HELP:-}" ] && [ "${ASRKIT_SETUP_DONE:-}" != "${ASRKIT_VENV:-
     export ASRKIT_SETUP_DONE=${ASRKIT_VENV:-$ASRKIT_ROOT/.venv}
 fi
 export ASRKIT_ROOT
-export PATH="${ASRKIT_VENV:-$ASRKIT_ROOT/.venv}/bin:$PATH"
+# (ASRKIT_USE_CURRENT_ENV=1: asrkit was installed into the python on PATH, tools/setup.sh --no-venv)
+[ "${ASRKIT_USE_CURRENT_ENV:-0}" = 1 ] || export PATH="${ASRKIT_VENV:-$ASRKIT_ROOT/.venv}/bin:$PATH"
 export PYTHONUNBUFFERED=1
