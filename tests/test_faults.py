@@ -127,7 +127,7 @@ def test_sigterm_stops_at_step_boundary_with_checkpoint(corpus, tmp_path):
     batches = [[[i]] for i in H.train_ids(corpus)[:5]]
     spec = {"batches": batches, "faults": [{"kind": "signal", "epoch": 1, "batches": [2]}]}
     assert H.run_inprocess(exp, H.overrides(corpus), spec) == 75  # EXIT_INTERRUPTED: rerun to resume
-    assert "training interrupted by SIGTERM at step 2; checkpoint saved" in _log(exp)
+    assert "training interrupted at step 2: SIGTERM received; checkpoint saved" in _log(exp)
     assert [p.name for p in list_checkpoints(exp)] == ["step-00000002.pt"]
     assert H.run_inprocess(exp, H.overrides(corpus), {"batches": batches}) == 0
     assert H.info(exp)["steps"] == 5

@@ -92,7 +92,8 @@ class Trainer:
         self.monitor = Monitor(self.exp_dir, dist_info.is_main)
         self.ckpt = Checkpointer(self)
         self.boundary: dict = {}  # training position + RNG at the last step boundary (what a checkpoint holds)
-        self.stop: Optional[str] = None  # why training stops (set by the loop)
+        self.stop: Optional[str] = None  # why training stops, short (set by the loop; train_info.json's stopped_by)
+        self.stop_why: Optional[str] = None  # ... in words, the same on every rank ("SIGTERM received on rank 1")
         self.signalled: Optional[str] = None  # set by a stop-signal handler (asrkit.training.signals)
         self._spare: Optional[dict] = None  # last non-empty batch of this rank (stand-in for an empty one)
         self.bad = BadSteps(cfg.train.max_bad_steps)
@@ -135,10 +136,10 @@ class Trainer:
             self.mark_boundary()
             self.ckpt.save(f"epoch-{self.epoch - 1:04d}", info)
         if self.stop:
-            logger.info("stopping: %s", self.stop)
+            logger.info("stopping at step %d: %s", self.step, self.stop_why or self.stop)
         self.finish()
         if self.stop and self.stop.startswith("signal"):
-            raise Interrupted(f"training interrupted by {self.stop[7:]} at step {self.step}; checkpoint saved, "
+            raise Interrupted(f"training interrupted at step {self.step}: {self.stop_why}; checkpoint saved, "
                               "rerun the same command to resume")
 
     def train_epoch(self, sampler) -> None:
@@ -173,16 +174,13 @@ class Trainer:
                 nxt = fetch() if cur is not None else None
                 at_boundary = micro == 0
                 ACTIVITY.position = f"epoch {self.epoch} batch {self.batch_in_epoch + 1}"
-                vote = StepVote.of(cur, nxt, at_boundary and self._time_up(),
-                                   at_boundary and self.signalled is not None).all_reduce(self.device)
+                vote = StepVote.of(cur, nxt, at_boundary and self._time_up(), self.signalled if at_boundary else None,
+                                   self.dist.rank, self.dist.world_size, self.cfg.train.max_minutes).all_reduce(self.device)
                 if vote.missing > 0:  # some rank has no batch at all (only possible at the start of an epoch)
                     self.counters["unequal_epochs"] += unequal_epoch(vote.missing, cur is not None, self.epoch, self.dist)
                     break
-                if vote.signalled > 0:  # stop at this step boundary, with a checkpoint, on every rank
-                    self.stop = f"signal {self.signalled or 'on another rank'}"
-                    break
-                if vote.time_up > 0:
-                    self.stop = "train.max_minutes reached"
+                if vote.signalled > 0 or vote.time_up > 0:  # stop at this boundary, with a checkpoint, on every rank
+                    self.stop, self.stop_why = vote.stopped_by(), vote.stop_reason(self.dist.distributed)
                     break
                 if vote.last > 0:
                     self.counters["unequal_epochs"] += unequal_epoch(vote.last, nxt is not None, self.epoch, self.dist)

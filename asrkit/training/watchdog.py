@@ -30,6 +30,7 @@ import time
 from typing import Callable, Optional
 
 from asrkit.training.distributed import ACTIVITY, DistInfo
+from asrkit.training.signals import launcher_gone
 
 logger = logging.getLogger("asrkit.train")
 
@@ -96,7 +97,7 @@ class Watchdog:
             self.launcher_gone_at = now
             logger.warning("%s: the launcher (pid %d) is gone: stopping at the next step boundary with a checkpoint",
                            self.info, self.launcher)
-            self.on_launcher_gone(f"the launcher's death (pid {self.launcher})")
+            self.on_launcher_gone(launcher_gone(self.launcher))  # voted to every rank (asrkit.training.sync)
         elif now - self.launcher_gone_at > self.timeout_s:
             logger.error("%s: the launcher (pid %d) is gone and training did not stop within train.dist_timeout_s="
                          "%g s: exiting", self.info, self.launcher, self.timeout_s)
