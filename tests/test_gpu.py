@@ -116,3 +116,37 @@ def test_ddp_nccl_on_one_gpu(corpus, tmp_path):
                 torch.testing.assert_close(a.grad, b.grad)
     finally:
         dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("method", ["greedy", "prefix_beam"])
+def test_decode_on_cuda_gives_the_cpu_hypotheses(tmp_path, monkeypatch, capsys, method):
+    """asrkit decode with decode.device=cuda (batched: decode.batch_size=4) writes the hypotheses of
+    decode.device=cpu (batch 1), and records the device; asrkit transcribe --device cuda too."""
+    from helpers_infer import random_exp
+
+    from asrkit.cli import main as asrkit
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    corpus = H.build_corpus(tmp_path / "c", n_train=2, n_dev=12)
+    monkeypatch.chdir(tmp_path)
+    exp = random_exp(tmp_path, [f"data.manifest_dir={corpus['manifests']}", "data.corpus=fx", "features.n_mels=40",
+                                "encoder.d_model=32", "encoder.n_heads=2", "encoder.d_ff=64", "encoder.n_layers=2"],
+                     boundary_bias=2.0)
+    hyps = {}
+    for dev, bs in (("cpu", 1), ("cuda", 4)):
+        assert asrkit(["decode", "--exp-dir", str(exp), "--sets", "dev", "--suffix", dev, "--no-score",
+                       f"decode.method={method}", f"decode.device={dev}", f"decode.batch_size={bs}"]) == 0
+        d = exp / f"decode_dev_{dev}"
+        hyps[dev] = [json.loads(x)["hyp"] for x in (d / "hyp.jsonl").read_text().splitlines()]
+        assert json.loads((d / "decode_info.json").read_text())["device"].startswith(dev)
+    assert len(hyps["cpu"]) == 12 and any(hyps["cpu"])
+    assert hyps["cuda"] == hyps["cpu"]
+    if method == "greedy":  # asrkit transcribe --device cuda: the CPU's transcripts
+        wavs = sorted(str(x) for x in (corpus["audio"] / "dev").glob("*.flac"))[:4]
+        out = {}
+        for dev in ("cpu", "cuda"):
+            capsys.readouterr()
+            assert asrkit(["transcribe", "--model", str(exp), "--device", dev, "--no-progress", *wavs]) == 0
+            out[dev] = capsys.readouterr().out
+        assert out["cuda"] == out["cpu"] and out["cpu"].strip()
