@@ -174,6 +174,15 @@ class TrainConfig:
     ckpt_every_steps: int = 1000
     keep_last: int = 3
     valid_every_epochs: int = 1
+    #: how validation decodes the dev set (asrkit.training.validation; the ``decode.*`` options apply).
+    #: ``auto``: greedy CTC, plus ``decode.method`` when that is not greedy (the recipe's decoder,
+    #: e.g. wfst with its TLG graph, when the recipe's decode.* settings are in the training config);
+    #: ``greedy``: greedy CTC alone; a ``decode.method`` name (prefix_beam | wfst | attention):
+    #: greedy CTC plus that method. Each WER is logged and in TensorBoard labelled with its method
+    #: (``dev WER ... (greedy CTC)``, ``(wfst TLG)``, ``(prefix_beam + LM)``...). The checkpoints'
+    #: ``dev_wer`` (``best``, ``asrkit average --by best``) is the first one logged: the decoder's
+    #: when one runs besides greedy CTC, else greedy CTC's
+    valid_decode: str = "auto"
     #: > 0: also keep an exponential moving average of the weights with this decay (e.g. 0.999;
     #: ramped up as min(decay, (1 + step) / (10 + step))); validation and decoding then use it
     ema_decay: float = 0.0

@@ -25,6 +25,7 @@ from asrkit.data.dataset import stable_seed
 from asrkit.data.sampling import ResumableSampler, make_sampler
 from asrkit.model import build_model
 from asrkit.model.asr import NoFramesError
+from asrkit.schema import ConfigError
 from asrkit.tokenizer import load_tokenizer
 from asrkit.training import TrainingError
 from asrkit.training.bad_steps import BadSteps, nonfinite_utterances
@@ -33,12 +34,12 @@ from asrkit.training.distributed import (ACTIVITY, DistInfo, all_reduce_sum, bar
                                          wrap_ddp)
 from asrkit.training.inputs import alphabet_check, bad_audio_message, load_data, make_loader, n_utts, rng_untouched, stand_in_batch, to_device
 from asrkit.training.init_from import init_weights
-from asrkit.training.monitor import Monitor
+from asrkit.training.monitor import Monitor, Pace, progress_bar, step_budget
 from asrkit.training.optim import AMP_DTYPES, make_optimizer, make_scheduler, resolve_amp, update_ema
 from asrkit.training.signals import Interrupted, stop_signals_deferred
 from asrkit.training.state import fingerprints, rng_state, seed_all
 from asrkit.training.sync import StepVote, unequal_epoch
-from asrkit.training.validation import validate
+from asrkit.training.validation import DevDecoding, check_valid_decode, validate
 from asrkit.utils import cpu_has_native_bf16
 
 logger = logging.getLogger("asrkit.train")
@@ -90,6 +91,16 @@ class Trainer:
         self.counters = {"bad_steps": 0, "overflow_steps": 0, "bad_audio": 0, "empty_batches": 0,
                          "unequal_epochs": 0, "audio_seconds": 0.0, "train_wall": 0.0}
         self.monitor = Monitor(self.exp_dir, dist_info.is_main)
+        self.pace = Pace()  # recent throughput and ETA (asrkit.training.monitor)
+        self.bar = None  # the run's one progress bar (set up by the first epoch, closed by finish())
+        self.budget: Optional[int] = None  # the steps the bar and the log count towards (monitor.step_budget)
+        self._bar_pace = ""  # the bar's audio-s/s (from the last log point)
+        if self.dev_cuts is not None:
+            try:  # the dev WER's decoder and what it needs, now rather than after the first epoch
+                check_valid_decode(cfg, self.tokenizer)
+            except ConfigError as e:
+                raise TrainingError(str(e)) from None
+        self._dev_decoding: Optional[DevDecoding] = None  # built at the first validation
         self.ckpt = Checkpointer(self)
         self.boundary: dict = {}  # training position + RNG at the last step boundary (what a checkpoint holds)
         self.stop: Optional[str] = None  # why training stops, short (set by the loop; train_info.json's stopped_by)
@@ -146,8 +157,6 @@ class Trainer:
         """One epoch (or its rest, when resuming). Before each batch the ranks agree (one small
         all-reduce, :class:`StepVote`) on whether every rank has it, whether it is the last, whether
         to stop, and on the global utterance count."""
-        from tqdm import tqdm
-
         accum = self.cfg.train.accum_grad
         loader = make_loader(self.cfg, self.tokenizer, sampler, self.epoch, train=True)
         with rng_untouched(stable_seed(self.seed, "loader", self.epoch, self.dist.rank)), stop_signals_deferred():
@@ -166,8 +175,8 @@ class Trainer:
                     raise TrainingError(bad_audio_message(e)) from None
 
         self.ddp_model.train()
-        bar = tqdm(desc=f"epoch {self.epoch}", initial=self.batch_in_epoch, disable=not self.dist.is_main,
-                   dynamic_ncols=True, unit="batch")
+        bar = self.epoch_bar(sampler)
+        self.pace.start(self.step, self.counters["audio_seconds"])  # validation and checkpoints are not training time
         cur, micro, n_good = fetch(), 0, 0
         try:
             while True:
@@ -204,12 +213,11 @@ class Trainer:
                     self.mark_boundary()
                     if stepped:
                         self.after_step(bar)
-                bar.update(1)
                 if vote.last > 0 or self.stop is not None:
                     break
                 cur = nxt
         finally:
-            bar.close()
+            bar.tqdm.refresh()  # the bar as the epoch ends (also into a log file, where it refreshes rarely)
 
     def micro_batch(self, batch: Optional[dict], total: int, micro: int, sync: bool) -> str:
         """Forward/backward of one micro-batch; ``total`` = utterances in the global batch.
@@ -296,28 +304,64 @@ class Trainer:
         cfg = self.cfg
         loss = self._cycle_loss[0] / max(1, self._cycle_loss[1])
         self._cycle_loss = [0.0, 0]
+        self.pace.tick()
         if self.step % cfg.train.log_interval == 0 and self.dist.is_main:
             lr = self.optimizer.param_groups[0]["lr"]
+            steps_per_s, audio_per_s = self.pace.mark(self.step, self.counters["audio_seconds"])
             self.monitor.step(self.step, self.epoch, self.batch_in_epoch, loss, lr, self._last_grad_norm,
-                              self.scaler.get_scale() if self.scaler.is_enabled() else None)
-            bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", step=self.step)
+                              self.scaler.get_scale() if self.scaler.is_enabled() else None, total=self.budget,
+                              steps_per_s=steps_per_s, audio_per_s=audio_per_s)
+            if audio_per_s is not None:
+                self._bar_pace = f", {audio_per_s:.1f} audio-s/s"
+        if self.dist.is_main:
+            bar.set_postfix_str(f"epoch {self.epoch}, loss {loss:.3f}{self._bar_pace}")
+            bar.update(1)
         if cfg.train.ckpt_every_steps and self.step % cfg.train.ckpt_every_steps == 0:
             self.ckpt.save(f"step-{self.step:08d}")
+            self.pace.skip()  # writing a checkpoint is not training time
         if cfg.train.max_steps and self.step >= cfg.train.max_steps:
             self.stop = "train.max_steps reached"
 
+    def epoch_bar(self, sampler):
+        """The run's progress bar (one for the whole run, created by the first epoch this process
+        trains, starting at the resumed step), its total (:func:`asrkit.training.monitor.step_budget`)
+        updated from this epoch's batch count."""
+        if self.dist.is_main:
+            inner = getattr(sampler, "sampler", sampler)  # a ResumableSampler's
+            try:
+                rest = len(inner)  # this rank's batches of the epoch (from the sampler's start on)
+                n_global = inner.num_global_batches() if hasattr(inner, "num_global_batches") else None
+            except TypeError:  # a sampler that does not know its length
+                rest = n_global = None
+            per_epoch = -(-n_global // self.dist.world_size) if n_global is not None else rest
+            self.budget = step_budget(self.cfg.train.max_steps, self.cfg.train.max_epochs, self.step, self.epoch,
+                                      None if rest is None else max(0, rest - self.batch_in_epoch), per_epoch,
+                                      self.cfg.train.accum_grad)
+        if self.bar is None:
+            self.bar = progress_bar(self.budget, self.step, self.dist.is_main)
+        elif self.budget != self.bar.total:
+            self.bar.total = self.budget
+        return self.bar
+
     def validate(self) -> dict:
+        """Dev loss and WERs (:mod:`.validation`), logged; returns what the epoch checkpoint's index
+        entry records (``dev_wer``: the first method's, see ``train.valid_decode``)."""
         ACTIVITY.position = f"validation after epoch {self.epoch}"
         model = self.ema_model if self.ema_model is not None else self.model
-        info, res = validate(model, self.dev_cuts, self.cfg, self.tokenizer, self.dist, self.device, self.seed,
-                             self.amp_dtype)
-        self.monitor.dev(self.step, self.epoch, info, res)
+        if self._dev_decoding is None:
+            self._dev_decoding = DevDecoding(model, self.cfg, self.tokenizer)
+        info, results = validate(model, self.dev_cuts, self.cfg, self.tokenizer, self.dist, self.device, self.seed,
+                                 self.amp_dtype, self._dev_decoding)
+        seconds = info.pop("seconds", None)
+        self.monitor.dev(self.step, self.epoch, info, results, seconds)
         return info
 
     def finish(self) -> None:
         if self.ckpt.saved_at != self.progress():
             self.ckpt.save(f"step-{self.step:08d}")
         self.ckpt.write_info()
+        if self.bar is not None:
+            self.bar.close()
         self.monitor.close()
 
     # ------------------------------------------------------------------ state at step boundaries
