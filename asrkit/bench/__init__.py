@@ -7,6 +7,7 @@
     python -m asrkit.bench scale [--sizes 10000,281241]             # data stages 1-4 at LibriSpeech 960 h's size
     python -m asrkit.bench frontend [--channels 32,64]             # cost of the conv1d / conv2d frontends
     python -m asrkit.bench dropout [--p 0.1]                       # cost of dropout: asrkit's CPU mask vs PyTorch's
+    python -m asrkit.bench sizes [--out docs/results/model_sizes.md]  # recipe configs: parameters, FLOPs, GPU time
 
 Speed targets live here, not in the test suite. A benchmark that measures in fresh processes
 runs its workers as ``python -m asrkit.bench --worker <module>:<function> <json spec>``.
@@ -27,6 +28,7 @@ BENCHMARKS: dict[str, str] = {
     "scale": "asrkit.bench.scale",
     "frontend": "asrkit.bench.frontend",
     "dropout": "asrkit.bench.dropout",
+    "sizes": "asrkit.bench.sizes",
 }
 
 
