@@ -32,8 +32,6 @@ BENCHMARKS: dict[str, str] = {
 }
 
 
-def main(argv: list[str] | None = None) -> int:
-    flush_denormals()  # before any torch computation (asrkit.utils.flush_denormals)
 def build_parser():
     """The parser of ``asrkit bench`` (each benchmark's own options: ``asrkit bench NAME --help``)."""
     import argparse
@@ -46,6 +44,8 @@ def build_parser():
     return p
 
 
+def main(argv: list[str] | None = None) -> int:
+    flush_denormals()  # before any torch computation (asrkit.utils.flush_denormals)
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--worker"]:  # internal: one measurement in a fresh process, JSON on stdout
         module, func = argv[1].split(":")
