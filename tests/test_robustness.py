@@ -27,7 +27,8 @@ import pytest
 import helpers_train as H
 from asrkit.checkpoint import list_checkpoints, load_latest
 
-pytestmark = pytest.mark.timeout(180)
+# hang guards sized for a loaded 2-core machine (tools/test_under_load.sh), not speed targets
+pytestmark = pytest.mark.timeout(400)
 
 EXIT_INTERRUPTED = 75
 
@@ -57,14 +58,15 @@ def _wait_for(pred, timeout: float, what: str, proc=None) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def _start(exp, ovr, spec=None, nproc=1, name="run") -> subprocess.Popen:
+def _start(exp, ovr, spec=None, nproc=1, name="run", env=None) -> subprocess.Popen:
     """`asrkit train` (torchrun if nproc > 1) in a new session: its own process group, as a job.
     Its output goes to ``<exp>/../<name>.out`` (a pipe nobody reads could fill up and block it).
     SIGINT starts at its default, as for a foreground job: a test suite run as a background job
-    of a non-interactive shell inherits SIGINT ignored, which asrkit train rightly keeps ignored."""
+    of a non-interactive shell inherits SIGINT ignored, which asrkit train rightly keeps ignored.
+    ``env``: variables to add to the environment."""
     out_path = exp.parent / f"{name}.out"
     with open(out_path, "w") as f:
-        p = subprocess.Popen(H.cmd(exp, ovr, spec, nproc), env=H.env(), stdout=f, stderr=subprocess.STDOUT,
+        p = subprocess.Popen(H.cmd(exp, ovr, spec, nproc), env={**H.env(), **(env or {})}, stdout=f, stderr=subprocess.STDOUT,
                              text=True, start_new_session=True,
                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     p.out_path = out_path
@@ -99,10 +101,27 @@ def _descendants(pid: int) -> list[int]:
     return out
 
 
-def _interrupted_step(log: str, sig: str) -> int:
-    m = re.search(rf"training interrupted by {sig} at step (\d+); checkpoint saved", log)
+def _interrupted_step(log: str, cause: str) -> int:
+    """The step at which the log says training was interrupted for ``cause`` (a regex)."""
+    m = re.search(rf"training interrupted at step (\d+): {cause}; checkpoint saved, rerun the same command to resume",
+                  log)
     assert m, log[-3000:]
     return int(m.group(1))
+
+
+def _interruption(log: str) -> str:
+    """The whole sentence of the log's interruption ("... at step 4: SIGTERM received on rank 1; ...")."""
+    m = re.search(r"training interrupted at step \d+: .*", log)
+    assert m, log[-3000:]
+    return m.group(0)
+
+
+#: which ranks noticed first is a race: any of them (the sentence is the same on every rank)
+ON_RANKS = r"(?:rank [01]|ranks 0 and 1)"
+
+
+def _no_process_left(exp) -> None:
+    _wait_for(lambda: H.processes_mentioning(str(exp)) == [], 60, "every process of the job to end")
 
 
 # ----------------------------------------------------------------------------- stop signals
@@ -115,19 +134,19 @@ def test_signal_to_process_group_with_dataloader_worker_saves(corpus, tmp_path, 
     ovr = H.overrides(corpus, data__num_workers=1, train__max_epochs=100)
     p = _start(exp, ovr, {"faults": [{"kind": "slow", "seconds": 0.2}]})
     try:
-        _wait_for(lambda: "step 3:" in _log(exp) and H.children_of(p.pid), 60, "step 3", p)
+        _wait_for(lambda: "step 3:" in _log(exp) and H.children_of(p.pid), 180, "step 3", p)
         assert len(H.children_of(p.pid)) == 1  # the DataLoader worker, in the same process group
     except BaseException:
         _kill(p)
         raise
     os.killpg(p.pid, getattr(signal, sig))
-    out = _finish(p, 60)
+    out = _finish(p, 120)
     assert p.returncode == EXIT_INTERRUPTED, out[-3000:]
     assert "DataLoader worker" not in out and "Traceback" not in out, out[-3000:]
-    step = _interrupted_step(_log(exp), sig)
+    step = _interrupted_step(_log(exp), f"{sig} received")
     st, path = load_latest(exp)
     assert st["step"] == step >= 3, path
-    json.loads((exp / "train_info.json").read_text())["stopped_by"] == f"signal {sig}"
+    assert json.loads((exp / "train_info.json").read_text())["stopped_by"] == f"signal {sig}"
     assert not (exp / "train.lock").exists()
     # the rerun resumes from it
     assert H.run_inprocess(exp, H.overrides(corpus, data__num_workers=1, train__max_epochs=100,
@@ -145,24 +164,25 @@ def test_sigterm_to_torchrun_job_saves_on_every_rank(corpus, tmp_path):
                       train__dist_timeout_s=30)
     p = _start(exp, ovr, {"faults": [{"kind": "slow", "seconds": 0.2}]}, nproc=2)
     try:
-        _wait_for(lambda: "step 3:" in _log(exp), 90, "step 3", p)
+        _wait_for(lambda: "step 3:" in _log(exp), 240, "step 3", p)
         ranks = H.children_of(p.pid)
         assert len(ranks) == 2
-        _wait_for(lambda: all(H.children_of(r) for r in ranks), 10, "a loader worker in each rank", p)
+        _wait_for(lambda: all(H.children_of(r) for r in ranks), 60, "a loader worker in each rank", p)
     except BaseException:
         _kill(p)
         raise
     for pgid in {os.getpgid(x) for x in [p.pid] + _descendants(p.pid)}:
         os.killpg(pgid, signal.SIGTERM)
-    out = _finish(p, 60)
+    out = _finish(p, 120)
     assert p.returncode != 0  # torchrun reports its own signal as a failure
     assert "DataLoader worker" not in out, out[-3000:]
-    step = _interrupted_step(_log(exp, 0), "SIGTERM")
-    assert _interrupted_step(_log(exp, 1), "SIGTERM") == step
+    # every rank got the signal, but which ranks had it at the vote that stopped them is a race:
+    # both say the same, naming those
+    step = _interrupted_step(_log(exp, 0), f"SIGTERM received on {ON_RANKS}")
+    assert _interruption(_log(exp, 1)) == _interruption(_log(exp, 0))
     st, _ = load_latest(exp)
     assert st["step"] == step
-    time.sleep(0.5)
-    assert H.processes_mentioning(str(exp)) == []
+    _no_process_left(exp)
     codes = H.run_forked(exp, H.overrides(corpus, data__num_workers=1, data__max_duration=2.0, train__max_epochs=100,
                                           train__dist_timeout_s=30, train__max_steps=step + 1), nproc=2)
     assert codes == [0, 0] and "resumed from" in _log(exp)
@@ -199,12 +219,12 @@ def test_loader_worker_ignores_stop_signals_but_not_its_parent():
         p.stdin.write("go\n")
         p.stdin.flush()
         assert int(p.stdout.readline()) >= 1  # the loader still works
-        p.wait(20)
+        p.wait(60)
     finally:
         if p.poll() is None:
             p.kill()
     assert p.returncode == 0, p.stderr.read()[-2000:]
-    _wait_for(lambda: not H.alive(worker), 10, "the worker to end with its parent")
+    _wait_for(lambda: not H.alive(worker), 30, "the worker to end with its parent")
 
 
 # ----------------------------------------------------------------------------- a full disk
@@ -264,7 +284,7 @@ def test_full_disk_while_checkpointing_says_so(corpus, tmp_path):
             f"T._full_disk_driver({str(corpus['root'])!r}, {str(exp)!r})")
     r = subprocess.run(prefix + ["sh", "-c", 'mount -t tmpfs -o size=64m tmpfs "$0" && exec "$@"',
                                  str(exp / "checkpoints"), H.PY, "-c", code],
-                       env=H.env(), capture_output=True, text=True, timeout=150)
+                       env=H.env(), capture_output=True, text=True, timeout=300)
     line = next((ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")), None)
     assert r.returncode == 0 and line, (r.stdout + r.stderr)[-3000:]
     out = json.loads(line[7:])
@@ -284,12 +304,13 @@ def test_killed_launcher_stops_its_workers_and_a_rerun_meanwhile_is_refused(corp
     """kill -9 of torchrun: its workers (in sessions of their own) must not train on unsupervised.
     While they are still alive (frozen here, to make the moment last) a rerun is refused by the lock
     rank 0 holds; then they notice the launcher is gone, stop at a step boundary with a checkpoint
-    and exit; the rerun resumes from it."""
+    and exit; the rerun resumes from it. Which rank notices first is a race (seen both ways): every
+    rank's log says the launcher died and which ranks noticed it, whichever won."""
     exp = tmp_path / "exp"
-    kw = dict(data__max_duration=2.0, train__max_epochs=100, train__dist_timeout_s=20)
+    kw = dict(data__max_duration=2.0, train__max_epochs=100, train__dist_timeout_s=60)
     p = _start(exp, H.overrides(corpus, **kw), {"faults": [{"kind": "slow", "seconds": 0.2}]}, nproc=2)
     try:
-        _wait_for(lambda: "step 3:" in _log(exp), 90, "step 3", p)
+        _wait_for(lambda: "step 3:" in _log(exp), 240, "step 3", p)
         ranks = sorted(H.children_of(p.pid))
         assert len(ranks) == 2
         os.kill(p.pid, signal.SIGKILL)
@@ -299,22 +320,25 @@ def test_killed_launcher_stops_its_workers_and_a_rerun_meanwhile_is_refused(corp
         rank0 = json.loads((exp / "train.lock").read_text())["pid"]
         assert rank0 in ranks
         r = subprocess.run(H.cmd(exp, H.overrides(corpus, **kw)), env=H.env(), capture_output=True, text=True,
-                           timeout=60)
+                           timeout=180)
         assert r.returncode == 1, r.stderr[-2000:]
         assert (f"asrkit train: error: experiment dir {exp} is in use by pid {rank0} on host {socket.gethostname()}"
                 in r.stderr), r.stderr[-2000:]
         assert "rm " in r.stderr and "train.lock" in r.stderr
         for r in ranks:
             os.kill(r, signal.SIGCONT)
-        _wait_for(lambda: not any(H.alive(x) for x in ranks), 40, "the orphaned workers to stop")
+        _wait_for(lambda: not any(H.alive(x) for x in ranks), 120, "the orphaned workers to stop")
     finally:
         for x in ranks if "ranks" in dir() else []:
             if H.alive(x):
                 os.kill(x, signal.SIGKILL)
         _kill(p)
-    log = _log(exp)
-    assert f"the launcher (pid {p.pid}) is gone: stopping at the next step boundary" in log, log[-2000:]
-    step = _interrupted_step(log, rf"the launcher's death \(pid {p.pid}\)")
+    logs = [_log(exp, 0), _log(exp, 1)]
+    noticed = f"the launcher (pid {p.pid}) is gone: stopping at the next step boundary"
+    assert any(noticed in log for log in logs), logs[0][-2000:] + logs[1][-2000:]
+    why = rf"the launcher \(pid {p.pid}\) died, noticed on {ON_RANKS}"
+    step = _interrupted_step(logs[0], why)
+    assert _interrupted_step(logs[1], why) == step and _interruption(logs[1]) == _interruption(logs[0])
     assert load_latest(exp)[0]["step"] == step
     assert not (exp / "train.lock").exists()
     codes = H.run_forked(exp, H.overrides(corpus, train__max_steps=step + 1, **kw), nproc=2)
@@ -324,22 +348,24 @@ def test_killed_launcher_stops_its_workers_and_a_rerun_meanwhile_is_refused(corp
 # ----------------------------------------------------------------------------- a hung rank
 def test_hung_rank_ends_torchrun_job_within_timeout_naming_it(corpus, tmp_path):
     """torchrun, rank 1 hangs in its forward (its main thread sleeps and would ignore torchrun's
-    SIGTERM for the 30 s grace period): the job ends train.dist_timeout_s after the hang, not 30 s
-    later, and the error names rank 1 as the one that hangs."""
+    SIGTERM for torchrun's grace period): the job ends train.dist_timeout_s after the hang, not a
+    grace period later, and the error names rank 1 as the one that hangs. The grace period is made
+    300 s here (TORCH_ELASTIC_SHUTDOWN_TIMEOUT; 30 s by default), so that the bound below (the
+    timeout + 60 s: slack for a loaded machine) tells the two apart by minutes."""
     exp = tmp_path / "exp"
     timeout = 5
     ovr = H.overrides(corpus, train__dist_timeout_s=timeout, train__max_epochs=3)
-    p = _start(exp, ovr, {"faults": [{"kind": "hang", "rank": 1, "epoch": 1, "batches": [2]}]}, nproc=2)
-    out = _finish(p, 120)
+    p = _start(exp, ovr, {"faults": [{"kind": "hang", "rank": 1, "epoch": 1, "batches": [2]}]}, nproc=2,
+               env={"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "300"})
+    out = _finish(p, 240)
     ended = time.time()
     assert p.returncode != 0
     m = re.search(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+ ERROR .*injected hang on rank 1", _log(exp, 1))
     assert m, _log(exp, 1)[-2000:]
     hung_at = time.mktime(time.strptime(m.group(1), "%Y-%m-%d %H:%M:%S"))
-    assert ended - hung_at < timeout + 12, (ended - hung_at, out[-3000:])
+    assert ended - hung_at < timeout + 60, (ended - hung_at, out[-3000:])
     assert re.search(r"rank 0/2: rank 1 \(host \S+, pid \d+\) hangs: busy at epoch 1 batch 2", _log(exp)), _log(exp)[-2000:]
-    time.sleep(0.5)
-    assert H.processes_mentioning(str(exp)) == []
+    _no_process_left(exp)
 
 
 # ----------------------------------------------------------------------------- two writers
@@ -353,16 +379,16 @@ def test_two_runs_on_one_experiment_dir_one_is_refused(corpus, tmp_path):
     procs = {k: _start(exp, H.overrides(corpus, optim__lr=lr, train__max_epochs=100, train__ckpt_every_steps=2),
                        slow, name=k) for k, lr in lrs.items()}
     try:
-        _wait_for(lambda: any(p.poll() is not None for p in procs.values()), 90, "one run to end")
+        _wait_for(lambda: any(p.poll() is not None for p in procs.values()), 240, "one run to end")
         loser = next(k for k, p in procs.items() if p.poll() is not None)
         winner = "b" if loser == "a" else "a"
-        _wait_for(lambda: list_checkpoints(exp), 60, "a checkpoint of the winner", procs[winner])
+        _wait_for(lambda: list_checkpoints(exp), 120, "a checkpoint of the winner", procs[winner])
     except BaseException:
         for p in procs.values():
             _kill(p)
         raise
     os.killpg(procs[winner].pid, signal.SIGTERM)
-    _finish(procs[winner], 60)
+    _finish(procs[winner], 120)
     assert procs[loser].returncode == 1 and procs[winner].returncode == EXIT_INTERRUPTED
     err = _out(procs[loser])
     assert re.search(rf"asrkit train: error: experiment dir {re.escape(str(exp))} is in use by pid "
@@ -627,9 +653,9 @@ def test_lock_heartbeat_refreshes_and_detects_loss(tmp_path):
     try:
         old = time.time() - 100
         os.utime(exp / "train.lock", (old, old))
-        _wait_for(lambda: time.time() - (exp / "train.lock").stat().st_mtime < 10, 5, "a heartbeat")
+        _wait_for(lambda: time.time() - (exp / "train.lock").stat().st_mtime < 10, 30, "a heartbeat")
         _write_lock(exp, host="node-3", pid=99)
-        _wait_for(lambda: lost, 5, "the loss to be noticed")
+        _wait_for(lambda: lost, 30, "the loss to be noticed")
         assert "taken by pid 99 on host node-3" in lost[0]
     finally:
         lock.release()
