@@ -197,3 +197,34 @@ def test_step_budget():
     # nothing known
     assert step_budget(0, 100, 5, 1, None, None, 1) is None
     assert step_budget(500, 100, 5, 1, None, None, 1) == 500
+
+
+def test_valid_methods_and_labels(tmp_path):
+    """What validation decodes for each train.valid_decode, and how it is labelled; a phone model's
+    own decoders write phones, so auto falls back to greedy CTC (a phone error rate, labelled so)
+    and an explicit one is refused."""
+    from types import SimpleNamespace
+
+    from asrkit.config import load_config
+    from asrkit.schema import ConfigError
+    from asrkit.training.validation import check_valid_decode, method_label, valid_methods
+
+    letters, phones = SimpleNamespace(kind="letters"), SimpleNamespace(kind="phones")
+    arpa = tmp_path / "lm.arpa"
+    arpa.write_text("\\data\\\n")
+    cfg = load_config(None, ["decode.method=prefix_beam", f"decode.lm={arpa}"])
+    assert valid_methods(cfg, letters) == ["prefix_beam", "greedy"]
+    assert [method_label(cfg, m, letters) for m in valid_methods(cfg, letters)] == ["prefix_beam + LM", "greedy CTC"]
+    assert valid_methods(cfg, phones) == ["greedy"] and method_label(cfg, "greedy", phones) == "greedy CTC phones"
+    check_valid_decode(cfg, phones)  # auto: falls back, no error
+    with pytest.raises(ConfigError, match=r"train.valid_decode=prefix_beam: prefix_beam writes phones"):
+        check_valid_decode(load_config(None, ["train.valid_decode=prefix_beam"]), phones)
+    assert valid_methods(load_config(None, ["train.valid_decode=greedy", "decode.method=wfst"]), letters) == ["greedy"]
+    assert valid_methods(load_config(None, ["train.valid_decode=wfst"]), letters) == ["wfst", "greedy"]
+    assert method_label(cfg, "wfst") == "wfst TLG"
+    assert method_label(load_config(None, ["decode.lm="]), "prefix_beam") == "prefix_beam"
+    att = load_config(None, ["decoder.type=lstm", "decode.method=attention", "decode.ctc_weight=0.3"])
+    assert method_label(att, "attention") == "attention + CTC"
+    assert method_label(load_config(None, ["decoder.type=lstm", "decode.ctc_weight=0"]), "attention") == "attention"
+    with pytest.raises(ConfigError, match=r"needs an attention decoder"):
+        check_valid_decode(load_config(None, ["train.valid_decode=attention"]), letters)
