@@ -25,7 +25,8 @@ import pytest
 import helpers_train as H
 from asrkit.checkpoint import list_checkpoints, load_latest, read_index
 
-pytestmark = pytest.mark.timeout(300)
+# hang guards sized for a loaded 2-core machine (tools/test_under_load.sh), not speed targets
+pytestmark = pytest.mark.timeout(600)
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +108,7 @@ def test_index_matches_cuts_in_memory(corpus, tmp_path):
     assert [c.to_dict() for c in idx] == [c.to_dict() for c in ref]
     assert fingerprints(idx, tok) == fingerprints(ref, tok)
     assert alphabet_check(idx, tok, cfg) == alphabet_check(ref, tok, cfg)
-    cached = list((corpus["manifests"] / ".index").glob("fx_train.*.pkl"))
+    cached = list((corpus["manifests"] / ".index").glob("fx_train.*.idx"))
     assert len(cached) == 1
     again = load_train_index(corpus["manifests"], "fx", ["train"], tok, cfg.features, cfg.frontend.stride, 0.9, 60.0)
     assert list(again.ids) == list(idx.ids) and again.get([3])[0].to_dict() == ref[3].to_dict()
@@ -213,7 +214,7 @@ def test_kill9_two_ranks_then_rerun_is_bitwise(corpus, tmp_path, kind):
     procs = H.start_forked(exp, ovr, dict(spec, faults=[{"kind": "slow", "seconds": 0.3}]), nproc=2)
     killed = None
     try:
-        deadline = time.time() + 120
+        deadline = time.time() + 240
         while time.time() < deadline and all(p.is_alive() for p in procs):
             mid = [v for n, v in read_index(exp).items() if n.startswith("step-") and v["batch_in_epoch"] > 0]
             if mid:
@@ -260,7 +261,7 @@ def test_two_torchrun_nodes_train_resume_and_one_node_dying_stops_the_other(corp
         port = H.free_port()
         nodes = [_node(exp, H.overrides(corpus, train__max_steps=steps, **kw), n, port) for n in (0, 1)]
         try:
-            codes = [p.wait(180) for p in nodes]
+            codes = [p.wait(400) for p in nodes]
         finally:
             for p in nodes:
                 if p.poll() is None:
@@ -268,18 +269,19 @@ def test_two_torchrun_nodes_train_resume_and_one_node_dying_stops_the_other(corp
         assert codes == [0, 0], (tmp_path / "node0.out").read_text()[-3000:]
         assert H.info(exp)["steps"] == steps and H.info(exp)["world_size"] == 2
     assert "resumed from" in (exp / "train.log").read_text()
-    # kill -9 node 1 (its torchrun and its worker) mid-training: node 0 ends within the timeout
+    # kill -9 node 1 (its torchrun and its worker) mid-training: node 0 ends within the timeout (the
+    # bound has a minute of slack for a loaded machine; without the timeout node 0 would wait forever)
     port = H.free_port()
     slow = {"faults": [{"kind": "slow", "seconds": 0.3}]}
     nodes = [_node(exp, H.overrides(corpus, **kw), n, port, slow) for n in (0, 1)]
     try:
-        deadline = time.time() + 120
+        deadline = time.time() + 240
         while time.time() < deadline and load_latest(exp)[0]["step"] < 5:
             assert all(p.poll() is None for p in nodes), (tmp_path / "node0.out").read_text()[-3000:]
             time.sleep(0.2)
         _kill_group(nodes[1])
         killed_at = time.time()
-        rc = nodes[0].wait(timeout + 30)
+        rc = nodes[0].wait(timeout + 180)
         ended = time.time()
     finally:
         for p in nodes:
@@ -287,14 +289,14 @@ def test_two_torchrun_nodes_train_resume_and_one_node_dying_stops_the_other(corp
                 _kill_group(p)
     assert rc != 0
     print(f"node 0 ended {ended - killed_at:.1f} s after node 1 was killed (train.dist_timeout_s={timeout})")
-    assert ended - killed_at < timeout + 10, ended - killed_at
+    assert ended - killed_at < timeout + 60, ended - killed_at
     st, path = load_latest(exp)
     assert st["step"] >= 5 and st["world_size"] == 2  # the last checkpoint is intact
     # both nodes again: they resume from it
     port = H.free_port()
     nodes = [_node(exp, H.overrides(corpus, train__max_steps=st["step"] + 1, **kw), n, port) for n in (0, 1)]
     try:
-        codes = [p.wait(180) for p in nodes]
+        codes = [p.wait(400) for p in nodes]
     finally:
         for p in nodes:
             if p.poll() is None:

@@ -17,7 +17,8 @@ import torch
 import helpers_train as H
 from asrkit.checkpoint import checkpoint_dir, list_checkpoints, load_latest, read_index
 
-pytestmark = pytest.mark.timeout(300)
+# hang guards sized for a loaded 2-core machine (tools/test_under_load.sh), not speed targets
+pytestmark = pytest.mark.timeout(500)
 
 
 @pytest.fixture(scope="module")
@@ -29,26 +30,39 @@ def _log(exp) -> str:
     return (exp / "train.log").read_text()
 
 
+def _logged_at(log: str, what: str) -> float:
+    """The time (whole seconds) of the log line with ``what`` (a regex)."""
+    m = re.search(rf"(\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d),\d+ .*{what}", log)
+    assert m, log[-2000:]
+    return time.mktime(time.strptime(m.group(1), "%Y-%m-%d %H:%M:%S"))
+
+
+def _no_process_left(exp) -> None:
+    deadline = time.time() + 60
+    while H.processes_mentioning(str(exp)) and time.time() < deadline:
+        time.sleep(0.2)
+    assert H.processes_mentioning(str(exp)) == []
+
+
 def test_crashed_rank_ends_torchrun_job(corpus, tmp_path):
     """torchrun, 2 gloo ranks; rank 1 dies (exit 7, no clean-up) in epoch 2, after the epoch-1
-    checkpoint: the job exits non-zero naming rank 1, well within the collective timeout, and no
+    checkpoint: the job exits non-zero naming rank 1, well within the collective timeout (it
+    ends less than 60 s after the crash, however loaded the machine; the timeout is 120 s), and no
     process of the job is left."""
     exp = tmp_path / "exp"
-    ovr = H.overrides(corpus, train__ckpt_every_steps=2, train__max_epochs=3, train__dist_timeout_s=30)
+    ovr = H.overrides(corpus, train__ckpt_every_steps=2, train__max_epochs=3, train__dist_timeout_s=120)
     spec = {"faults": [{"kind": "crash", "rank": 1, "epoch": 2, "batches": [2], "code": 7}]}
-    t0 = time.time()
-    r = H.run_subprocess(exp, ovr, spec, nproc=2, timeout=240)
-    elapsed = time.time() - t0
+    r = H.run_subprocess(exp, ovr, spec, nproc=2, timeout=400)
+    ended = time.time()
     out = r.stdout + r.stderr
     assert r.returncode != 0, out[-3000:]
     assert "exitcode  : 7" in out or "exit code 7" in out or "exitcode: 7" in out, out[-3000:]
     assert "rank      : 1" in out or "rank: 1" in out, out[-3000:]
-    assert elapsed < 200
+    assert ended - _logged_at((exp / "logs" / "train.rank1.log").read_text(), "injected crash on rank 1") < 60
     st, path = load_latest(exp)  # the work before the crash is kept: epoch 1 whole, and what followed
     assert (exp / "checkpoints" / "epoch-0001.pt").is_file()
     assert path.name == "epoch-0001.pt" or (st["epoch"] == 2 and st["batch_in_epoch"] < 2), path.name
-    time.sleep(0.5)
-    assert H.processes_mentioning(str(exp)) == []
+    _no_process_left(exp)
 
 
 def test_hung_rank_times_out_with_error_naming_rank(corpus, tmp_path):
@@ -60,14 +74,11 @@ def test_hung_rank_times_out_with_error_naming_rank(corpus, tmp_path):
     spec = {"faults": [{"kind": "hang", "rank": 1, "epoch": 1, "batches": [2]}]}
     procs = H.start_forked(exp, ovr, spec, nproc=2)
     try:
-        t0 = time.time()
-        procs[0].join(90)
-        procs[1].join(10)
-        waited = time.time() - t0
+        procs[0].join(300)  # a hang guard: without the timeout, the hung rank would sleep for an hour
+        procs[1].join(60)
         assert [p.exitcode for p in procs] == [1, 1]
     finally:
         H.join_all(procs, 0)
-    assert waited < 60
     log = _log(exp)
     assert re.search(r"rank 0/2: rank 1 \(host \S+, pid \d+\) hangs: busy at epoch 1 batch 2 for \d+ s, not in a "
                      r"collective\. This rank's collective .* at epoch 1 batch 2 waited longer than "

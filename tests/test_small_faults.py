@@ -24,7 +24,8 @@ import pytest
 import helpers_train as H
 from asrkit.checkpoint import checkpoint_dir, checkpoint_index, read_index, resolve_checkpoint
 
-pytestmark = pytest.mark.timeout(180)
+# hang guards sized for a loaded 2-core machine (tools/test_under_load.sh), not speed targets
+pytestmark = pytest.mark.timeout(400)
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +50,7 @@ def test_kill_between_epoch_checkpoint_and_index_keeps_dev_wer(corpus, tmp_path)
             "    return real(d, skip)\n"
             "C._full_index = full_index\n"
             f"sys.exit(H._main(['--'] + H.train_args(__import__('pathlib').Path({str(exp)!r}), {ovr!r})))\n")
-    r = subprocess.run([H.PY, "-c", code], env=H.env(), capture_output=True, text=True, timeout=120)
+    r = subprocess.run([H.PY, "-c", code], env=H.env(), capture_output=True, text=True, timeout=300)
     assert r.returncode == -signal.SIGKILL, r.stderr[-2000:]
     assert (checkpoint_dir(exp) / "epoch-0001.pt").is_file() and "epoch-0001.pt" not in read_index(exp)
     logged = float(re.search(r"epoch 1 step \d+: dev loss [\d.]+, dev WER ([\d.]+)%", _log(exp)).group(1))
@@ -74,7 +75,7 @@ def test_temporaries_of_killed_writers_are_removed(tmp_path):
             f"with atomic_path(Path({str(d)!r}) / 'fx_cuts_train.jsonl.gz') as tmp:\n"
             "    tmp.write_bytes(b'half a manifest')\n"
             "    os.kill(os.getpid(), signal.SIGKILL)\n")
-    r = subprocess.run([H.PY, "-c", code], env=H.env(), capture_output=True, text=True, timeout=60)
+    r = subprocess.run([H.PY, "-c", code], env=H.env(), capture_output=True, text=True, timeout=120)
     assert r.returncode == -signal.SIGKILL, r.stderr
     left = [p.name for p in d.iterdir()]
     assert len(left) == 1 and left[0].startswith(".fx_cuts_train.jsonl.gz.") and ".tmp" in left[0]
@@ -90,7 +91,7 @@ def test_temporaries_of_killed_writers_are_removed(tmp_path):
     # the rerun's first write in that directory cleans up (a fresh process, as a rerun is)
     code = (f"from asrkit.utils import atomic_write\nwith atomic_write({str(d / 'fx_cuts_dev.jsonl')!r}) as f:\n"
             "    f.write('ok')\n")
-    r = subprocess.run([H.PY, "-c", code], env=H.env(), capture_output=True, text=True, timeout=60)
+    r = subprocess.run([H.PY, "-c", code], env=H.env(), capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert sorted(p.name for p in d.iterdir()) == sorted(["fx_cuts_dev.jsonl", live.name, remote.name])
     assert atomic_write  # (imported: the module under test)
