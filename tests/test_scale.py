@@ -198,7 +198,7 @@ def test_a_start_after_the_data_stage_parses_no_line_and_filters_as_filter_cuts(
     path = m / "ls_cuts_train.jsonl.gz"
     _manifest(path, 2500, seed=3)
     cut_index.manifest_columns(path)  # what `asrkit cuts` does after writing a manifest
-    cols = list((m / ".index").glob("*.cols.pkl"))
+    cols = list((m / ".index").glob("*.cols.idx"))
     assert len(cols) == 1
 
     def no_parse(chunk):
@@ -232,5 +232,5 @@ def test_a_start_after_the_data_stage_parses_no_line_and_filters_as_filter_cuts(
         cut_index.load_train_index(m, "ls", ["train"], CharTokenizer(), fc, 3, 0.3, 20.0)
     monkeypatch.undo()
     assert len(cut_index.load_train_index(m, "ls", ["train"], CharTokenizer(), fc, 3, 0.3, 20.0)) <= 100
-    assert [p.name for p in (m / ".index").glob("*.cols.pkl")] != [cols[0].name]
-    assert len(list((m / ".index").glob("*.cols.pkl"))) == 1
+    assert [p.name for p in (m / ".index").glob("*.cols.idx")] != [cols[0].name]
+    assert len(list((m / ".index").glob("*.cols.idx"))) == 1

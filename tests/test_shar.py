@@ -44,9 +44,9 @@ def test_stage2_writes_complete_shards_that_read_back(corpus):
     assert not list(corpus["shar"].glob("*.tmp*"))  # nothing half-written left
     assert len(read_shards(corpus["shar"], "fx", ["train"])) == 5
     # stage 2 cached the columns a training start filters (asrkit.data.cut_index): manifests and shards
-    assert sorted(p.name.split(".")[0] for p in (corpus["manifests"] / ".index").glob("*.cols.pkl")) == \
+    assert sorted(p.name.split(".")[0] for p in (corpus["manifests"] / ".index").glob("*.cols.idx")) == \
         ["fx_cuts_dev", "fx_cuts_train"]
-    assert len(list((corpus["shar"] / ".index").glob("cuts.*.cols.pkl"))) == 5
+    assert len(list((corpus["shar"] / ".index").glob("cuts.*.cols.idx"))) == 5
     orig = {c.id: c for c in load_cuts(corpus["manifests"], "fx", "train")}
     back = list(CutSet.from_shar(in_dir=d))
     assert [c.id for c in back] == list(orig)

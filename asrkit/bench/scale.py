@@ -310,8 +310,8 @@ def measure(work: Path, n: int, args, row: dict) -> dict:
             for kind in ("bucketing", "padfree"):
                 shutil.rmtree(man / ".index", ignore_errors=True)
                 row[f"{kind}_cold"].append(_run("w_asrkit", dict(base, kind=kind)))
-                for f in (man / ".index").glob("*.pkl"):
-                    if not f.name.endswith(".cols.pkl"):
+                for f in (man / ".index").glob("*.idx"):
+                    if not f.name.endswith(".cols.idx"):
                         f.unlink()  # the columns stay: the first training start after stage 2
                 row[f"{kind}_first"].append(_run("w_asrkit", dict(base, kind=kind)))
                 row[f"{kind}_warm"].append(_run("w_asrkit", dict(base, kind=kind)))

@@ -12,6 +12,12 @@ transcript and letter counts; :func:`manifest_columns`), so the first training s
 and filter only filters arrays (:meth:`CutIndex.derive`: the rule of
 :func:`asrkit.data.dataset.filter_cuts`, the fingerprints, the alphabet report); the index it
 derives is cached too (:func:`load_train_index`), for every later start and every DDP rank.
+
+The caches are data, never code: a JSON header (the fingerprints, drop counts, alphabet report,
+and each array's dtype, shape and place) then the arrays' raw bytes (numbers and bytes only: a
+dtype of Python objects is refused; :func:`_save_cache`, :func:`_load_cache`).
+A cache directory next to the manifests is often shared (a cluster's file system): a file there
+that is not a valid cache of this version is ignored and rebuilt, and nothing in one can run.
 """
 from __future__ import annotations
 
@@ -21,7 +27,6 @@ import json
 import logging
 import multiprocessing
 import os
-import pickle
 import re
 import warnings
 import zlib
@@ -40,7 +45,7 @@ BLOCK = 32
 #: manifest lines per unit of work of :meth:`CutIndex.build` (one process parses a chunk)
 CHUNK = 8192
 #: version of the cached index files (bump when their content or the filter rules change)
-INDEX_VERSION = 6
+INDEX_VERSION = 7
 
 
 def _num_frames_vec(num_samples: np.ndarray, sample_rate: np.ndarray, hop: float) -> np.ndarray:
@@ -234,16 +239,44 @@ class CutIndex(CutTable):
         return index
 
     # ------------------------------------------------------------------------ cache
+    _ARRAYS = ("ids", "durations", "num_samples", "sampling_rates", "sources", "starts", "block_of", "row")
+
     def save(self, path: Path) -> None:
-        with atomic_path(path) as tmp, open(tmp, "wb") as f:
-            pickle.dump({"version": INDEX_VERSION, "index": self}, f, protocol=5)
+        """Write the index to ``path`` (data only: :func:`_save_cache`)."""
+        a, d = self.alphabet, self.drop_stats
+        meta = {"feature_prefix": self.feature_prefix, "fingerprints": self.data_fingerprints,
+                "alphabet": {"fold": a.fold, "total": a.total, "utterances": a.utterances, "chars": dict(a.chars),
+                             "examples": [list(e) for e in a.examples]},
+                "drop_stats": {"counts": d.counts, "examples": d.examples}}
+        _save_cache(path, "CutIndex", meta, {k: getattr(self, k) for k in self._ARRAYS}, {"blocks": self.blocks})
 
-    @staticmethod
-    def load(path: Path) -> Optional["CutIndex"]:
-        index = _load_pickle(path)
-        return index if isinstance(index, CutIndex) else None
+    @classmethod
+    def load(cls, path: Path) -> Optional["CutIndex"]:
+        """The index saved at ``path``; None when it is not a valid cache of this version."""
+        from collections import Counter
 
-    def __getstate__(self) -> dict:
+        from asrkit.data.manifests import DropStats
+        from asrkit.tokenizer import AlphabetReport
+
+        got = _load_cache(path, "CutIndex")
+        if got is None:
+            return None
+        meta, arrays, blobs = got
+        try:
+            a, d = meta["alphabet"], meta["drop_stats"]
+            alphabet = AlphabetReport(fold=a["fold"], total=a["total"], utterances=a["utterances"],
+                                      chars=Counter(a["chars"]), examples=[tuple(e) for e in a["examples"]])
+            index = cls(blobs["blocks"], arrays["ids"], arrays["durations"], arrays["num_samples"],
+                        arrays["sampling_rates"], dict(meta["fingerprints"]), alphabet,
+                        DropStats(counts=dict(d["counts"]), examples=dict(d["examples"])), arrays["sources"])
+            index.starts, index.block_of, index.row = arrays["starts"], arrays["block_of"], arrays["row"]
+            index.feature_prefix = meta["feature_prefix"]
+        except (KeyError, TypeError, ValueError) as e:
+            logger.info("%s is not a valid index cache (%s); rebuilding it", path, e)
+            return None
+        return index
+
+    def __getstate__(self) -> dict:  # (sent to DataLoader worker processes: without the block cache)
         st = dict(self.__dict__)
         st["_cache"] = {}
         return st
@@ -287,6 +320,32 @@ class ManifestColumns:
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    _ARRAYS = ("ids", "durations", "num_samples", "sampling_rates", "starts", "block_of", "row", "plain", "letters",
+               "repeats", "text_start", "text_end", "sources")
+
+    def save(self, path: Path) -> None:
+        """Write the columns to ``path`` (data only: :func:`_save_cache`)."""
+        _save_cache(path, "ManifestColumns", {"path": self.path, "lines": self.lines},
+                  {k: getattr(self, k) for k in self._ARRAYS}, {"blocks": self.blocks, "text_blobs": self.text_blobs})
+
+    @classmethod
+    def load(cls, path: Path) -> Optional["ManifestColumns"]:
+        """The columns saved at ``path``; None when it is not a valid cache of this version."""
+        got = _load_cache(path, "ManifestColumns", whole=("text_blobs",))
+        if got is None:
+            return None
+        meta, arrays, blobs = got
+        out = cls([])
+        try:
+            out.path, out.lines = str(meta["path"]), int(meta["lines"])
+            for k in cls._ARRAYS:
+                setattr(out, k, arrays[k])
+            out.blocks, out.text_blobs = blobs["blocks"], blobs["text_blobs"]
+        except (KeyError, TypeError, ValueError) as e:
+            logger.info("%s is not a valid columns cache (%s); rebuilding it", path, e)
+            return None
+        return out
 
     def id(self, i: int) -> str:
         return self.ids[i].decode()
@@ -366,15 +425,14 @@ def _cache_key(path: Path) -> str:
 
 def manifest_columns(paths, cache_dir=None, cache: bool = True, desc: str = "") -> list:
     """The :class:`ManifestColumns` of each cuts manifest of ``paths``, from its cache
-    (``<cache_dir or the manifest's directory>/.index/<file name>.<key>.cols.pkl``, valid while the
+    (``<cache_dir or the manifest's directory>/.index/<file name>.<key>.cols.idx``, valid while the
     manifest's path, size and modification time are unchanged) or built (those not cached, together)
     and cached (written atomically; older caches of the same manifest are removed; a directory that
     cannot be written is used without cache). The data stage (``asrkit cuts``) calls it for the
     manifests it writes, so that a training start finds them cached."""
     paths = [Path(p) for p in ([paths] if isinstance(paths, (str, Path)) else paths)]
-    where = [Path(cache_dir or p.parent) / ".index" / f"{p.name}.{_cache_key(p)}.cols.pkl" for p in paths]
-    out = [_load_pickle(w) if cache and w.is_file() else None for w in where]
-    out = [c if isinstance(c, ManifestColumns) else None for c in out]
+    where = [Path(cache_dir or p.parent) / ".index" / f"{p.name}.{_cache_key(p)}.cols.idx" for p in paths]
+    out = [ManifestColumns.load(w) if cache and w.is_file() else None for w in where]
     todo = [k for k, c in enumerate(out) if c is None]
     if todo:
         for k, cols in zip(todo, ManifestColumns.build([paths[k] for k in todo], desc)):
@@ -382,23 +440,119 @@ def manifest_columns(paths, cache_dir=None, cache: bool = True, desc: str = "") 
     for k in todo if cache else []:
         try:
             where[k].parent.mkdir(exist_ok=True)
-            with atomic_path(where[k]) as tmp, open(tmp, "wb") as f:
-                pickle.dump({"version": INDEX_VERSION, "index": out[k]}, f, protocol=5)
-            for old in where[k].parent.glob(f"{paths[k].name}.*.cols.pkl"):
-                if old != where[k]:
-                    old.unlink(missing_ok=True)
+            out[k].save(where[k])
+            for pattern in (f"{paths[k].name}.*.cols.idx", f"{paths[k].name}.*.cols.pkl"):  # (.pkl: before v7)
+                for old in where[k].parent.glob(pattern):
+                    if old != where[k]:
+                        old.unlink(missing_ok=True)
         except OSError as e:
             logger.info("%s: columns not cached (%s); they are rebuilt at every start", paths[k], e)
     return out
 
 
-def _load_pickle(path: Path):
+def _pack(blobs) -> tuple:
+    """A list of bytes strings (or :class:`_Blobs`) as one uint8 array and the int64 offsets of their ends."""
+    if isinstance(blobs, _Blobs):
+        return np.frombuffer(blobs.data, dtype=np.uint8)[:blobs.ends[-1] if blobs.ends else 0], np.asarray(blobs.ends, np.int64)
+    ends = np.cumsum([len(b) for b in blobs], dtype=np.int64) if len(blobs) else np.zeros(0, np.int64)
+    return np.frombuffer(b"".join(blobs), dtype=np.uint8), ends
+
+
+class _Blobs:
+    """A list of bytes strings kept as one (``data``, and the ``ends`` of the pieces): what a cache
+    reads back the compressed blocks of manifest lines as (one read; a piece is cut out when asked for)."""
+
+    def __init__(self, data: bytes, ends: list):
+        self.data, self.ends = data, ends
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        i = i + len(self) if i < 0 else i
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        return self.data[self.ends[i - 1] if i else 0:self.ends[i]]
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+
+#: first bytes of a cache file (then the header's length, 8 bytes little-endian, the JSON header, the arrays)
+_MAGIC = b"ASRKITIDX\n"
+_ALIGN = 64
+
+
+def _save_cache(path: Path, kind: str, meta: dict, arrays: dict, blobs: dict) -> None:
+    """A cache file, data only: ``arrays`` (numpy: numbers, booleans, fixed-size bytes) and
+    ``blobs`` (lists of bytes strings, packed) as raw bytes after a JSON header that gives each
+    one's dtype, shape and place, and ``meta`` (JSON); written atomically. Read by :func:`_load_cache`."""
+    out = {f"a.{k}": np.ascontiguousarray(v) for k, v in arrays.items()}
+    for k, v in blobs.items():
+        out[f"b.{k}"], out[f"e.{k}"] = _pack(v)
+    table, offset = {}, 0
+    for k, v in out.items():
+        if v.dtype.hasobject:
+            raise TypeError(f"cache array {k} holds Python objects; a cache holds data only")
+        table[k] = [v.dtype.str, list(v.shape), offset, v.nbytes]
+        offset += -(-v.nbytes // _ALIGN) * _ALIGN
+    head = json.dumps({"version": INDEX_VERSION, "kind": kind, "meta": meta, "arrays": table}).encode()
+    start = -(-(len(_MAGIC) + 8 + len(head)) // _ALIGN) * _ALIGN
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        f.write(_MAGIC + len(head).to_bytes(8, "little") + head)
+        for k, v in out.items():
+            f.seek(start + table[k][2])
+            f.write(memoryview(v.reshape(-1).view(np.uint8)) if v.size else b"")
+        f.truncate(start + offset)
+
+
+#: the dtype kinds a cache array may have: booleans, integers, floats, bytes (never objects)
+_DATA_KINDS = "biufS"
+
+
+def _load_cache(path: Path, kind: str, whole: tuple = ()) -> Optional[tuple]:
+    """``(meta, arrays, blobs)`` of a cache file of this version and kind, each array's dtype
+    checked to be numbers or bytes and its place to be inside the file (nothing is unpickled,
+    nothing can run). A list of bytes strings comes back as a :class:`_Blobs`, or as a list for
+    those named in ``whole``. None when the file is missing, partial, foreign or of another version (it is
+    then rebuilt)."""
     try:
         with open(path, "rb") as f:
-            st = pickle.load(f)
-    except Exception:  # noqa: BLE001 - a missing, partial or foreign cache is rebuilt
+            if f.read(len(_MAGIC)) != _MAGIC:
+                return None
+            n = int.from_bytes(f.read(8), "little")
+            head = json.loads(f.read(n))
+            if not isinstance(head, dict) or head.get("version") != INDEX_VERSION or head.get("kind") != kind:
+                return None
+            start = -(-(len(_MAGIC) + 8 + n) // _ALIGN) * _ALIGN
+            size = os.fstat(f.fileno()).st_size
+            out, blobs = {}, {}
+            table = head["arrays"]
+            for k, (dt, shape, offset, nbytes) in sorted(table.items(), key=lambda kv: kv[0].startswith("b.")):
+                dtype = np.dtype(dt)
+                if dtype.kind not in _DATA_KINDS or start + offset + nbytes > size or nbytes % max(1, dtype.itemsize):
+                    raise ValueError(f"array {k}: dtype {dt} or its place ({offset}+{nbytes} bytes) is not valid")
+                f.seek(start + offset)
+                if k.startswith("b."):  # a list of bytes strings
+                    ends = out[f"e.{k[2:]}"].tolist()
+                    if (ends[-1] if ends else 0) != nbytes or any(b < a for a, b in zip([0, *ends], ends)):
+                        raise ValueError(f"{k}: its pieces do not add up to its size")
+                    if k[2:] in whole:  # a few large ones: each its own bytes string
+                        blobs[k[2:]] = [f.read(e - a) for a, e in zip([0, *ends[:-1]], ends)]
+                    else:  # many small ones: one read
+                        blobs[k[2:]] = _Blobs(f.read(nbytes), ends)
+                    continue
+                arr = np.empty(nbytes // max(1, dtype.itemsize), dtype=dtype)
+                if f.readinto(memoryview(arr.view(np.uint8))) != nbytes:
+                    raise ValueError(f"array {k}: the file is shorter than its header says")
+                out[k] = arr.reshape(shape)
+        arrays = {k[2:]: v for k, v in out.items() if k.startswith("a.")}
+    except Exception as e:  # noqa: BLE001 - a missing, partial or foreign cache is rebuilt
+        logger.info("%s is not a valid cache (%s: %s); rebuilding it", path, type(e).__name__, e)
         return None
-    return st["index"] if isinstance(st, dict) and st.get("version") == INDEX_VERSION else None
+    return head["meta"], arrays, blobs
 
 
 _PATHS = None  #: the manifest of the build in progress (inherited by the forked workers)
@@ -593,7 +747,7 @@ def load_train_index(manifest_dir, corpus: str, sets, tokenizer, features, front
     :func:`asrkit.data.dataset.filter_cuts` (the counts of what was dropped in ``.drop_stats``).
 
     With ``cache``, the index is saved next to the manifests
-    (``<manifest_dir>/.index/<corpus>_<sets>.<key>.pkl``, written atomically; every DDP rank may
+    (``<manifest_dir>/.index/<corpus>_<sets>.<key>.idx``, data only, written atomically; every DDP rank may
     write it, with the same content) and reused while the manifests (size, modification time) and
     what the filter depends on (tokenizer, hop, stride, duration limits) are unchanged; when it is
     not, the index is derived from the manifests' cached columns (:func:`manifest_columns`, which
@@ -612,7 +766,7 @@ def load_train_index(manifest_dir, corpus: str, sets, tokenizer, features, front
                           "hop": features.hop, "stride": frontend_stride, "min": min_duration, "max": max_duration},
                          sort_keys=True, default=str)
     key = hashlib.sha256(key_src.encode()).hexdigest()[:16]
-    cache_path = Path(cache_dir or manifest_dir) / ".index" / f"{corpus}_{'+'.join(sets)}.{key}.pkl"
+    cache_path = Path(cache_dir or manifest_dir) / ".index" / f"{corpus}_{'+'.join(sets)}.{key}.idx"
     if cache and cache_path.is_file():
         index = CutIndex.load(cache_path)
         if index is not None:
