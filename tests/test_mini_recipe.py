@@ -107,7 +107,7 @@ def test_comparison_scripts_smoke(recipe):
                 "--parallel", "2", "--windows", "10 20", "--long_windows", "60 whole", *tiny)
     out = recipe / "exp" / "pos_compare"
     md, doc = (out / "compare.md").read_text(), json.loads((out / "compare.json").read_text())
-    assert (recipe / "RESULTS.md").read_text() == md and (recipe / "wer_vs_window.png").is_file()
+    assert (recipe / "exp" / "RESULTS.md").read_text() == md and (out / "wer_vs_window.png").is_file()
     tables = {t["name"]: t for t in doc["tables"]}
     assert list(tables) == ["test", "test-longform", "test-span", "test-longform windows", "test-span-longform windows"]
     span = tables["test-span"]

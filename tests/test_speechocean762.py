@@ -112,7 +112,7 @@ def test_all_stages(recipe):
     bins = {b["label"]: b["snt"] for b in json.loads((exp / "decode_test_longform" / "wer.json").read_text())["bins"]}
     assert bins[">=20s"] == 1
     assert "WER per test set and duration bin" in (exp / "RESULTS.md").read_text()
-    assert (recipe / "RESULTS.md").is_file()
+    assert (recipe / "exp" / "RESULTS.md").is_file()
     # the LM weight and blank penalty chosen on dev (stage 5, asrkit tune) are the ones the test sets used
     tuned = json.loads((exp / "tune_dev" / "tune.json").read_text())
     assert tuned["set"] == "dev" and len(tuned["points"]) == 30 and tuned["points"][0]["words"] > 0

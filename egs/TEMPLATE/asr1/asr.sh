@@ -8,7 +8,7 @@
 #                n-gram LM on the training text (+ --lm_text files) and its TLG decoding graph
 #   4 train      train the model (resumes automatically after a crash)
 #   5 decode     decode the test sets (with --average_num N: first average N checkpoints)
-#   6 score      score them, write exp/<tag>/RESULTS.md and the recipe's RESULTS.md (all experiments)
+#   6 score      score them, write exp/<tag>/RESULTS.md and exp/RESULTS.md (all experiments side by side)
 # Usage: asr.sh [--stage N] [--stop_stage M] [--option value ...]
 set -euo pipefail
 
@@ -224,9 +224,10 @@ fi
 
 if run_stage 6 "$expdir/.done" "score and report"; then
     asrkit report "$expdir" --score ${score_norm:+--norm "$score_norm"}
-    # the recipe's RESULTS.md: every scored experiment of this recipe side by side (+ PNG plots)
+    # exp/RESULTS.md: every scored experiment of this recipe side by side (+ PNG plots); the recipe's
+    # committed RESULTS.md holds the reference figures and is never overwritten
     scored=(); for d in exp/*/; do [ -f "$d/RESULTS.md" ] && scored+=("${d%/}"); done
-    asrkit compare "${scored[@]}" --out . --md-name RESULTS.md > /dev/null
+    asrkit compare "${scored[@]}" --out exp --md-name RESULTS.md > /dev/null
     finish_stage 6 "$expdir/.done"
 fi
 log "finished stages $stage..$stop_stage"

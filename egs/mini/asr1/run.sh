@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# mini: a synthetic speech corpus (espeak-ng, 300+ words, 6+ voices) in LibriSpeech's layout,
+# mini: a synthetic speech corpus (espeak-ng: 507 common English words, 176 voice variants) in LibriSpeech's layout,
 # end to end on one CPU in under 20 minutes: synthesis -> Lhotse -> CTC Transformer -> WER report.
 #   ./run.sh                          all stages (finished ones are skipped)
 #   ./run.sh --stage 4 --stop_stage 6 a range

@@ -11,7 +11,7 @@
 # spread over the seeds, significance against the baselines (MAPSSWE and sign test per pair of seeds,
 # a permutation test over the seeds), decoding time and peak memory per bin and window. Writes
 #   exp/pos_compare/compare.md, compare.json, wer_vs_duration.png, wer_vs_window.png
-# and copies them to the recipe's RESULTS.md (+ PNGs) (a later ./run.sh stage 6 rewrites RESULTS.md
+# and copies them to exp/RESULTS.md (+ PNGs) (a later ./run.sh stage 6 rewrites exp/RESULTS.md
 # with every experiment and no baselines; rerunning this script, which skips every finished model,
 # writes the study's again; a model trained with another --steps is refused, not reused).
 #   ./run_pos_compare.sh [--encodings "nopos sinpos cape"] [--seeds "1 2 3"] [--steps 2000] [--parallel 2]
@@ -31,7 +31,7 @@ extra_args=         # more key=value overrides for every model
 out=exp/pos_compare
 windows="10 20 30 45"      # long-form window sizes (s) cut from the test set
 long_windows="60 120 whole" # window sizes cut from test-span (whole: one window per chapter)
-results=RESULTS.md  # copy of the comparison in the recipe dir ("" : only $out)
+results=exp/RESULTS.md  # copy of the comparison beside the experiments ("" : only $out)
 __asrkit_opts="encodings seeds steps baselines parallel train_config extra_args out windows long_windows results"
 . ../../TEMPLATE/asr1/utils/seeds.sh
 seeds_join "$@"; set -- "${__args[@]}"
@@ -91,6 +91,6 @@ for b in $baselines; do case " $encodings " in *" $b "*) base+=("pos_$b") ;; esa
 asrkit compare "${dirs[@]}" --out "$out" ${base:+--baseline "$(IFS=,; echo "${base[*]}")"} > /dev/null
 if [ -n "$results" ]; then
     cp "$out/compare.md" "$results"
-    cp "$out"/wer_vs_*.png .
+    cp "$out"/wer_vs_*.png "$(dirname "$results")"/
 fi
 echo "tables: $out/compare.md${results:+ (and $results)}; every figure: $out/compare.json"
