@@ -1,7 +1,7 @@
 """``asrkit tune``: choose the decoding weights on a development set, as Kaldi's scoring scripts
 sweep the LM weight and the word insertion penalty; then decode the test sets with them.
 
-    asrkit tune --exp-dir exp/train --set dev decode.method=wfst decode.lm=data/lm/graph_letters_3gram \\
+    asrkit tune --exp-dir exp/train --sets dev decode.method=wfst decode.lm=data/lm/graph_letters_3gram \\
         --grid decode.lm_weight=0.5,0.8,1.0,1.2,1.5 decode.blank_penalty=0,0.5,1
     asrkit decode --exp-dir exp/train --sets test decode.method=wfst decode.lm=data/lm/graph_letters_3gram \\
         $(cat exp/train/tune_dev/best.args)

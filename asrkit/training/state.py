@@ -18,7 +18,8 @@ import torch
 #: config keys that may change between a run and its resumption
 RESUMABLE_CHANGES = ("train.max_epochs", "train.max_steps", "train.max_minutes", "train.log_interval",
                      "train.ckpt_every_steps", "train.keep_last", "train.valid_every_epochs", "data.num_workers",
-                     "train.threads", "train.dist_timeout_s", "train.elastic", "train.max_bad_steps", "decode", "data.dev_max_utts")
+                     "train.threads", "train.dist_timeout_s", "train.elastic", "train.max_bad_steps", "train.valid_decode", "decode",
+                     "data.dev_max_utts")
 
 
 def rng_state() -> dict:

@@ -174,8 +174,11 @@ if run_stage 4 "$expdir/.done" "train -> $expdir"; then
     rc=0
     # a stop signal is for training (which saves and exits 75); this script waits for it, then says so
     trap 'log "stage 4: signal received: training stops at its next step with a checkpoint"' TERM INT USR1
+    # the dev WER during training is also computed with the decoder stage 5 uses (train.valid_decode=auto):
+    # the decode.* overrides of --decode_args go to training too (they may change on a resume)
+    valid_dec=(); for a in $decode_args; do [[ $a == decode.* ]] && valid_dec+=("$a"); done
     # shellcheck disable=SC2086
-    "${launcher[@]}" train --config "$train_config" --exp-dir "$expdir" \
+    "${launcher[@]}" train --config "$train_config" --exp-dir "$expdir" ${valid_dec[@]+"${valid_dec[@]}"} \
         data.corpus="$corpus_name" data.manifest_dir="$manifest_dir" data.train_sets="$train_sets_yaml" \
         data.dev_set="$dev_set" tokens.kind="$token_type" tokens.path="$token_file" \
         $([ "$feats" = stored ] || echo data.features=on_the_fly) ${shar_dir:+data.shar_dir="$shar_dir"} \
