@@ -13,7 +13,9 @@ For each config of :data:`RECIPES` (the CPU models of mini and speechocean762, t
   audio seconds. The utterances have one length (no padding), so the figure does not depend on
   ``--utts``. PyTorch's counter has no formula for the CPU's fused attention
   (``_scaled_dot_product_flash_attention_for_cpu`` and its backward), so :func:`flop_counter` adds
-  PyTorch's own SDPA formulas for them; without them attention would count 0. Layer drop is off
+  PyTorch's own SDPA formulas for them (without them attention would count 0), and its formula for a
+  convolution's backward ignores ``groups`` (a depthwise convolution's backward would count as a
+  dense one's), so :func:`flop_counter` counts it as twice the forward. Layer drop is off
   while counting (every layer runs), so a config with ``encoder.layer_drop`` p trains with about
   (1 - p) of its layers' FLOPs; elementwise work (norms, softmax, activations) and the CTC loss
   count nothing, as by convention. Attention's FLOPs per audio second grow linearly with the
@@ -103,22 +105,40 @@ def _sdpa_cpu_backward(grad_out, query, key, value, *args, out_shape=None, **kwa
     return sdpa_backward_flop_count(grad_out, query, key, value)
 
 
-#: the CPU's fused attention ops -> PyTorch's formulas for the same computation on a GPU
-ATTENTION_OPS = {
+def _conv_backward(grad_out, x, w, _bias, _stride, _padding, _dilation, transposed, _output_padding, _groups,
+                   output_mask, out_shape=None, **kwargs) -> int:
+    """A convolution's backward: the forward's FLOPs once for the input's gradient and once for the
+    weight's, each where asked for. PyTorch's own formula ignores ``groups`` there and counts a
+    depthwise convolution's backward as a dense one's (the Conformer's convolution module, kernel 31,
+    256 channels: 257x its forward instead of 2x)."""
+    from torch.utils.flop_counter import conv_flop_count
+
+    return conv_flop_count(x, w, grad_out, transposed) * (int(bool(output_mask[0])) + int(bool(output_mask[1])))
+
+
+#: ops whose FLOPs PyTorch's counter misses or miscounts -> formulas: the CPU's fused attention
+#: (counted 0 without these: PyTorch's formulas for the same computation on a GPU) and the
+#: backward of grouped convolutions
+CUSTOM_FORMULAS = {
     torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _sdpa_cpu,
     torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward: _sdpa_cpu_backward,
+    torch.ops.aten.convolution_backward: _conv_backward,
 }
 
 
 def flop_counter():
-    """A :class:`FlopCounterMode` that also counts the CPU's fused attention."""
+    """A :class:`FlopCounterMode` that also counts the CPU's fused attention and grouped
+    convolutions' backward right (:data:`CUSTOM_FORMULAS`)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    return FlopCounterMode(display=False, custom_mapping=ATTENTION_OPS)
+    return FlopCounterMode(display=False, custom_mapping=CUSTOM_FORMULAS)
 
 
 def _is_attention(op) -> bool:
-    return "scaled_dot_product" in str(op) or "attention" in str(op)
+    """Attention's products: SDPA's fused ops, or ``bmm`` where SDPA runs its math path (attention
+    dropout on the CPU); nothing else in these models calls ``bmm``."""
+    name = str(op)
+    return "scaled_dot_product" in name or "attention" in name or name.startswith("aten.bmm")
 
 
 @dataclass
