@@ -255,8 +255,8 @@ def test_old_package_loads_only_when_allowed_and_converts(world, tmp_path, capsy
 
 # ------------------------------------------------------------------------ broken packages
 def _rewrite_weights(pkg: Path, change) -> None:
-    """Change the package's tensors with ``change(dict)`` and record the new file's SHA-256."""
-    import hashlib
+    """Change the package's tensors with ``change(dict)`` and record the new file's CRC-32."""
+    import zlib
 
     from safetensors.torch import load_file, save_file
 
@@ -264,7 +264,7 @@ def _rewrite_weights(pkg: Path, change) -> None:
     change(w)
     save_file(w, str(pkg / "model.safetensors"))
     meta = json.loads((pkg / "asrkit-model.json").read_text())
-    meta["weights_sha256"] = hashlib.sha256((pkg / "model.safetensors").read_bytes()).hexdigest()
+    meta["weights_crc32"] = f"{zlib.crc32((pkg / 'model.safetensors').read_bytes()):08x}"
     (pkg / "asrkit-model.json").write_text(json.dumps(meta))
 
 
@@ -274,8 +274,8 @@ def _edit_json(path: Path, change) -> None:
     path.write_text(json.dumps(d))
 
 
-def _no_sha(pkg: Path) -> None:
-    _edit_json(pkg / "asrkit-model.json", lambda m: m.pop("weights_sha256"))
+def _no_checksum(pkg: Path) -> None:
+    _edit_json(pkg / "asrkit-model.json", lambda m: m.pop("weights_crc32"))
 
 
 def _truncate(p: Path, keep: float = 0.5) -> None:
@@ -288,7 +288,7 @@ def _other_arch(pkg: Path, world) -> None:
     other = pkg.parent / "other_pkg"
     assert cli(["export", "--exp-dir", str(exp), "--out", str(other)]) == 0
     (pkg / "model.safetensors").write_bytes((other / "model.safetensors").read_bytes())
-    _no_sha(pkg)
+    _no_checksum(pkg)
 
 
 def _other_tokenizer(pkg: Path, world) -> None:
@@ -303,17 +303,17 @@ def _flip_header(pkg: Path, world) -> None:
     b = bytearray((pkg / "model.safetensors").read_bytes())
     b[8:24] = b"\xff" * 16  # inside the JSON header
     (pkg / "model.safetensors").write_bytes(bytes(b))
-    _no_sha(pkg)
+    _no_checksum(pkg)
 
 
 BROKEN = {
     # name: (break the package, file named in the refusal, words of the refusal)
-    "truncated weights": (lambda p, w: _truncate(p / "model.safetensors"), "model.safetensors", "SHA-256"),
-    "truncated weights, no checksum": (lambda p, w: (_truncate(p / "model.safetensors"), _no_sha(p)),
+    "truncated weights": (lambda p, w: _truncate(p / "model.safetensors"), "model.safetensors", "CRC-32"),
+    "truncated weights, no checksum": (lambda p, w: (_truncate(p / "model.safetensors"), _no_checksum(p)),
                                        "model.safetensors", "not a readable safetensors file"),
     "corrupt header": (_flip_header, "model.safetensors", "not a readable safetensors file"),
     "flipped weight bytes": (lambda p, w: (p / "model.safetensors").write_bytes(
-        (p / "model.safetensors").read_bytes()[:-4] + b"\x00\x01\x02\x03"), "model.safetensors", "SHA-256"),
+        (p / "model.safetensors").read_bytes()[:-4] + b"\x00\x01\x02\x03"), "model.safetensors", "CRC-32"),
     "weights missing": (lambda p, w: (p / "model.safetensors").unlink(), "model.safetensors", "is missing"),
     "a tensor missing": (lambda p, w: _rewrite_weights(p, lambda t: t.pop("ctc_head.bias")), "model.safetensors",
                          "1 weight(s) missing (e.g. ctc_head.bias)"),

@@ -6,7 +6,7 @@ A package holds
 
 ==========================  ==================================================================
 ``asrkit-model.json``       what this is: format, asrkit version, source experiment, checkpoint,
-                            weights kind, the SHA-256 of the weights file
+                            weights kind, the CRC-32 of the weights file
 ``model.safetensors``       the weights decoding uses (the moving average of a run with
                             ``train.ema_decay``, or the averaged checkpoint): safetensors, data only
 ``model.json``              the resolved config and the vocabulary the weights were trained with
@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import datetime
 import gzip
-import hashlib
 import json
 import logging
 import os
@@ -40,6 +39,7 @@ import shlex
 import shutil
 import sys
 import tempfile
+import zlib
 from pathlib import Path
 from typing import Any, Optional
 
@@ -91,23 +91,25 @@ def read_meta(pkg: Path | str) -> dict:
     return meta
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
+def _crc32(path: Path) -> str:
+    """The CRC-32 of a file (hex): catches a truncated or damaged copy at ~1 GB/s (it is no
+    signature: whoever sends a package can write any checksum; safety comes from the format)."""
+    crc = 0
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
+            crc = zlib.crc32(block, crc)
+    return f"{crc:08x}"
 
 
-def _read_weights(path: Path, sha256: Optional[str]) -> dict:
+def _read_weights(path: Path, crc32: Optional[str]) -> dict:
     """The tensors of a safetensors file (read as data: a header of JSON, then raw bytes)."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     if not path.is_file():
         raise PackageError(f"{path} is missing: the package is incomplete (copy it whole, or export it again)")
-    if sha256 is not None and _sha256(path) != sha256:
-        raise PackageError(f"{path} is corrupt or truncated: its SHA-256 is not the one {PACKAGE_FILE} records "
+    if crc32 is not None and _crc32(path) != crc32:
+        raise PackageError(f"{path} is corrupt or truncated: its CRC-32 is not the one {PACKAGE_FILE} records "
                            f"({path.stat().st_size} bytes); copy the package again")
     try:
         return load_file(path, device="cpu")
@@ -161,7 +163,7 @@ def read_state(pkg: Path | str, allow_pickle: bool = False) -> tuple[dict, dict]
         out["model"] = st["model"]
         return out, meta
     st = _check_model_json(pkg / MODEL_FILE, _json(pkg / MODEL_FILE))
-    st["model"] = _read_weights(pkg / WEIGHTS_FILE, meta.get("weights_sha256"))
+    st["model"] = _read_weights(pkg / WEIGHTS_FILE, meta.get("weights_crc32"))
     return st, meta
 
 
@@ -328,14 +330,14 @@ def write_package(exp_dir: Path | str, out: Path | str, checkpoint: str = "last"
 
         (tmp / "config.yaml").write_text(yaml.safe_dump(pkg_cfg, sort_keys=False))
         model = {k: v.detach().clone() for k, v in state["model"].items()}
-        sha = _write_model(tmp, model, list(tok.tokens), pkg_cfg)
+        crc = _write_model(tmp, model, list(tok.tokens), pkg_cfg)
         n_params = sum(v.numel() for k, v in model.items() if v.is_floating_point())
         command = command or shlex.join(["asrkit", "export", *sys.argv[1:]])
         readme_cfg = json.loads(json.dumps(cfg_dict))
         (tmp / "README.md").write_text(_readme(exp_dir, readme_cfg, state["info"], n_params, command))
         meta = {"format": FORMAT, "asrkit_version": _version(), "command": command,
                 "source": {"exp_dir": str(exp_dir.resolve()), **state["info"]},
-                "decode": pkg_cfg["decode"], "weights_sha256": sha}
+                "decode": pkg_cfg["decode"], "weights_crc32": crc}
         (tmp / PACKAGE_FILE).write_text(json.dumps(meta, indent=1))
         _publish(tmp, out)
     except BaseException:
@@ -361,8 +363,9 @@ def convert_package(src: Path | str, out: Path | str, allow_pickle: bool = False
             if p.name in (PICKLE_FILE, PACKAGE_FILE, WEIGHTS_FILE, MODEL_FILE) or p.name.startswith("."):
                 continue
             (shutil.copytree if p.is_dir() else shutil.copy2)(p, tmp / p.name)
-        sha = _write_model(tmp, {k: v.contiguous() for k, v in st["model"].items()}, st["vocab"], st["config"])
-        meta = {**meta, "format": FORMAT, "weights_sha256": sha, "converted": {
+        crc = _write_model(tmp, {k: v.contiguous() for k, v in st["model"].items()}, st["vocab"], st["config"])
+        meta.pop("weights_sha256", None)
+        meta = {**meta, "format": FORMAT, "weights_crc32": crc, "converted": {
             "from": str(src.resolve()), "format": meta["format"], "asrkit_version": _version(),
             "command": command or shlex.join(["asrkit", "export", *sys.argv[1:]])}}
         (tmp / PACKAGE_FILE).write_text(json.dumps(meta, indent=1))
@@ -385,7 +388,7 @@ def _new_dir(out: Path) -> Path:
 
 def _write_model(d: Path, model: dict, vocab: list, cfg: dict) -> str:
     """``model.safetensors`` (the weights, each tensor its own copy) and ``model.json`` (config and
-    vocabulary) in ``d``; returns the weights file's SHA-256."""
+    vocabulary) in ``d``; returns the weights file's CRC-32."""
     from safetensors.torch import save_file
 
     save_file({k: v.detach().contiguous().clone() for k, v in model.items()}, str(d / WEIGHTS_FILE),
@@ -394,7 +397,7 @@ def _write_model(d: Path, model: dict, vocab: list, cfg: dict) -> str:
     os.umask(umask)
     (d / WEIGHTS_FILE).chmod(0o666 & ~umask)  # (safetensors writes it 0600)
     (d / MODEL_FILE).write_text(json.dumps({"config": cfg, "vocab": list(vocab)}, indent=1))
-    return _sha256(d / WEIGHTS_FILE)
+    return _crc32(d / WEIGHTS_FILE)
 
 
 def _publish(tmp: Path, out: Path) -> None:
