@@ -95,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         device = str(resolve_device(device, "--device" if args.device else "decode.device"))
         model = load_model(args.model, args.checkpoint, device, ema=not args.raw_weights, decode=overrides,
-                           allow_pickle=args.allow_pickle, chunk_s=args.chunk_s, overlap_s=args.overlap_s, batch_size=args.batch_size)
+                           allow_pickle=args.allow_pickle, chunk_s=args.chunk_s, overlap_s=args.overlap_s,
+                           batch_size=args.batch_size)
     except (ConfigError, FileNotFoundError, ValueError, OSError) as e:
         print(f"asrkit transcribe: error: {e}", file=sys.stderr)
         return 2
