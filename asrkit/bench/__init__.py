@@ -29,6 +29,7 @@ BENCHMARKS: dict[str, str] = {
     "frontend": "asrkit.bench.frontend",
     "dropout": "asrkit.bench.dropout",
     "sizes": "asrkit.bench.sizes",
+    "conformer": "asrkit.bench.conformer",
 }
 
 
