@@ -121,9 +121,42 @@ def test_top_level_help_is_grouped_by_task(capsys):
 
 # -------------------------------------------------------------------------------- help texts
 
+def _bench_parser(name: str):
+    """The parser ``asrkit bench NAME`` builds: its main() is run with --help and the parser is
+    caught at parse time (the benchmarks build their parsers inside main)."""
+    import argparse
+    import importlib
+
+    from asrkit.bench import BENCHMARKS
+
+    class Caught(Exception):
+        pass
+
+    seen = {}
+
+    def catch(self, *args, **kwargs):
+        seen["p"] = self
+        raise Caught
+
+    orig = argparse.ArgumentParser.parse_args, argparse.ArgumentParser.parse_known_args
+    argparse.ArgumentParser.parse_args = argparse.ArgumentParser.parse_known_args = catch
+    try:
+        importlib.import_module(BENCHMARKS[name]).main(["--help"])
+    except Caught:
+        pass
+    finally:
+        argparse.ArgumentParser.parse_args, argparse.ArgumentParser.parse_known_args = orig
+    assert "p" in seen, f"asrkit bench {name}: no parser"
+    return seen["p"]
+
+
 def _all_parsers():
+    from asrkit.bench import BENCHMARKS
+
     for name in COMMANDS:
         yield from iter_parsers(build_parser(name), f"asrkit {name}")
+    for name in BENCHMARKS:
+        yield from iter_parsers(_bench_parser(name), f"asrkit bench {name}")
 
 
 def test_every_option_has_help_and_no_markup():

@@ -35,11 +35,11 @@ def _rows(channels: list[int]) -> dict[str, list[str]]:
 
 def add_step_args(ap: argparse.ArgumentParser) -> None:
     """The options of a training-step benchmark: model config, rounds, threads, batch, output."""
-    ap.add_argument("--config", type=Path, default=DEFAULT_CONFIG if DEFAULT_CONFIG.exists() else None)
-    ap.add_argument("--reps", type=int, default=7)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--batch-seconds", type=float, default=100.0)
-    ap.add_argument("--utt-seconds", type=float, default=5.0)
+    ap.add_argument("--config", type=Path, default=DEFAULT_CONFIG if DEFAULT_CONFIG.exists() else None, help="asrkit config whose model is timed (default: %(default)s)")
+    ap.add_argument("--reps", type=int, default=7, help="paired timing rounds (default: %(default)s)")
+    ap.add_argument("--threads", type=int, default=2, help="torch threads (default: %(default)s)")
+    ap.add_argument("--batch-seconds", type=float, default=100.0, help="audio seconds per batch (default: %(default)s)")
+    ap.add_argument("--utt-seconds", type=float, default=5.0, help="seconds per utterance of the batch (default: %(default)s)")
     ap.add_argument("--out", type=Path, help="also write the table here (Markdown)")
 
 

@@ -230,7 +230,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--quick", action="store_true", help="T = 100, 300 (+1000 for linear attention): a smoke run")
     p.add_argument("--out", type=Path, help="also write the table as Markdown to this file")
     p.add_argument("--batch", type=int, default=1, help="utterances per batch (all full length)")
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=int, default=2, help="torch threads per measurement process (default: %(default)s)")
     p.add_argument("--reps", type=int, default=0, help="timing rounds (default 9 / 3 / 2 for T <= 1000 / 3000 / more)")
     p.add_argument("--lengths", type=int, nargs="+", help="frame counts for all rows (default 100 1000 3000)")
     p.add_argument("--long", type=int, nargs="*", help="extra lengths for linear-attention rows (default 10000)")

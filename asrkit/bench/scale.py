@@ -424,7 +424,7 @@ def growth(res: dict, key: str) -> float:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="asrkit bench scale", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sizes", default=f"10000,30000,100000,{LIBRI_960}")
+    p.add_argument("--sizes", default=f"10000,30000,100000,{LIBRI_960}", help="corpus sizes (utterances, comma-separated) to measure (default: %(default)s)")
     p.add_argument("--work", type=Path, default=Path("/tmp/asrkit_bench_scale"), help="corpora and manifests (kept)")
     p.add_argument("--out", type=Path, default=Path("bench_scale"), help="writes OUT.json, OUT.md, OUT.png")
     p.add_argument("--rounds", type=int, default=1, help="paired repetitions of the start-up measurements")

@@ -34,19 +34,19 @@ def main(argv: list[str]) -> int:
     p.add_argument("--recipe", type=Path, default=DEFAULT_RECIPE, help="recipe dir (its data/kaldi and conf/train.yaml)")
     p.add_argument("--data", type=Path, help="dir of Kaldi data dirs (default: RECIPE/data/kaldi)")
     p.add_argument("--config", type=Path, help="asrkit training config (default: RECIPE/conf/train.yaml)")
-    p.add_argument("--train", default="train")
-    p.add_argument("--dev", default="dev")
+    p.add_argument("--train", default="train", help="training set (a Kaldi dir under --data) (default: %(default)s)")
+    p.add_argument("--dev", default="dev", help="development set (a Kaldi dir under --data) (default: %(default)s)")
     p.add_argument("--sets", nargs="+", default=DEFAULT_SETS, help="test sets (Kaldi dirs under --data)")
     p.add_argument("--decode-fraction", type=float, default=1.0,
                    help="decode a fixed subset of each test set: every round(1/F)-th utterance in sorted order")
     p.add_argument("--steps", type=int, default=800, help="optimizer steps per toolkit (rounded up to epochs x iters)")
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=int, default=2, help="threads of each side (default: %(default)s)")
     p.add_argument("--work", type=Path, help="working dir: data copies, models, logs (default: RECIPE/exp/peers)")
     p.add_argument("--out", type=Path, help="also write the Markdown table here")
     p.add_argument("--only", choices=["asr", "relpos", "asrkit", "espnet", "table"],
                    help="run only one part (asrkit / espnet: that toolkit's training and decoding alone, saved in "
                         "WORK/<toolkit>/result.json; table: the ASR table from those two files)")
-    p.add_argument("--espnet-venv", type=Path, default=ESPNET_VENV)
+    p.add_argument("--espnet-venv", type=Path, default=ESPNET_VENV, help="ESPnet's virtualenv, from tools/peers/espnet/setup.sh (default: %(default)s)")
     p.add_argument("--asrkit-args", nargs="*", default=[],
                    help="key=value overrides of the config, for both sides (e.g. optim.warmup_steps=5 for a smoke run)")
     p.add_argument("--arch", choices=["recipe", "espnet"], default="recipe",
@@ -60,12 +60,12 @@ def main(argv: list[str]) -> int:
     p.add_argument("--warmup", type=int, default=10, help="--arch espnet: untimed steps first")
     p.add_argument("--rounds", type=int, default=2, help="--arch espnet: rounds per side (A B, B A, ...)")
     p.add_argument("--vocab", type=int, default=30, help="--arch espnet: CTC outputs (letters + blank)")
-    p.add_argument("--relpos-T", type=int, default=1000)
+    p.add_argument("--relpos-T", type=int, default=1000, help="frames of the relpos micro-benchmark (default: %(default)s)")
     p.add_argument("--relpos-d", type=int, default=0, help="model width (default: the config's encoder.d_model)")
-    p.add_argument("--relpos-heads", type=int, default=4)
-    p.add_argument("--relpos-batch", type=int, default=1)
-    p.add_argument("--relpos-reps", type=int, default=5)
-    p.add_argument("--relpos-rounds", type=int, default=3)
+    p.add_argument("--relpos-heads", type=int, default=4, help="attention heads of the relpos micro-benchmark (default: %(default)s)")
+    p.add_argument("--relpos-batch", type=int, default=1, help="batch of the relpos micro-benchmark (default: %(default)s)")
+    p.add_argument("--relpos-reps", type=int, default=5, help="timed repetitions per round (default: %(default)s)")
+    p.add_argument("--relpos-rounds", type=int, default=3, help="paired rounds (default: %(default)s)")
     args = p.parse_args(argv)
     from asrkit.config import load_config
     from asrkit.schema import ConfigError
