@@ -29,11 +29,11 @@ class FeatureConfig:
     """Log-mel filterbank features (Lhotse's torch-native Kaldi fbank), stored once by stage 2 or
     computed on the fly (``data.features``)."""
 
-    n_mels: int = 80
+    n_mels: int = 80  #: mel filterbank bins
     win: float = 0.025  #: window length in seconds
     hop: float = 0.010  #: hop in seconds (the padding-free pipeline varies it per utterance)
-    sample_rate: int = 16000
-    dither: float = 0.0
+    sample_rate: int = 16000  #: audio is resampled to this rate (Hz)
+    dither: float = 0.0  #: dither added to the waveform (0: none; Kaldi's default is 1.0)
     cmvn: bool = True  #: per-utterance mean/variance normalization
 
 
@@ -41,10 +41,10 @@ class FeatureConfig:
 class SpecAugConfig:
     """SpecAugment (no time warping), as in the CAPE paper appendix C.2."""
 
-    enabled: bool = True
-    freq_masks: int = 2
+    enabled: bool = True  #: apply SpecAugment during training
+    freq_masks: int = 2  #: frequency masks per utterance
     freq_width: int = 30  #: max bins per frequency mask
-    time_masks: int = 10
+    time_masks: int = 10  #: time masks per utterance
     time_width: int = 50  #: max frames per time mask
     time_ratio: float = 0.1  #: max fraction of the utterance covered by one time mask
 
@@ -89,21 +89,21 @@ class FrontendConfig:
     #: conv2d only: half = kernel // 2 zeros on every side (NeMo's, ceil(T / stride) frames); none = no
     #: padding (ESPnet's Conv2dSubsampling, ((T - 1) // 2 - 1) // 2 frames at stride 4)
     padding: str = "half"
-    dropout: float = 0.3
+    dropout: float = 0.3  #: dropout after the frontend
 
 
 @dataclass
 class EncoderConfig:
     type: str = "transformer"  #: transformer (conv encoders: see asrkit.model.conv)
-    d_model: int = 768
-    n_layers: int = 36
-    n_heads: int = 4
-    d_ff: int = 3072
+    d_model: int = 768  #: model width
+    n_layers: int = 36  #: encoder layers
+    n_heads: int = 4  #: attention heads
+    d_ff: int = 3072  #: feed-forward width
     dropout: float = 0.4  #: dropout in attention output and FFN
     attn_dropout: float = 0.0  #: dropout on attention weights
-    layer_drop: float = 0.4
+    layer_drop: float = 0.4  #: probability of skipping a layer in training (LayerDrop)
     norm_first: bool = False  #: False = post-LN as in the paper; True = pre-LN
-    activation: str = "relu"
+    activation: str = "relu"  #: feed-forward activation (relu, gelu, swish)
     attention: str = "softmax"  #: softmax | linear_relu | linear_favor
     #: 0 = Transformer layers; an odd k >= 3 = the Conformer's convolution module (depthwise, k
     #: frames after the frontend) in every layer (asrkit.model.transformer.ConvModule)
@@ -118,20 +118,20 @@ class DecoderConfig:
     """Attention decoder for sequence-to-sequence training (``none`` = CTC only)."""
 
     type: str = "none"  #: none | lstm | transformer
-    options: dict = field(default_factory=dict)
+    options: dict = field(default_factory=dict)  #: the decoder's own options (its class in asrkit/model/decoders.py)
     ctc_weight: float = 1.0  #: weight of the CTC loss when a decoder is used
 
 
 @dataclass
 class DataConfig:
-    manifest_dir: str = "data/manifests"
-    corpus: str = "mini"
-    train_sets: list = field(default_factory=lambda: ["train"])
-    dev_set: str = "dev"
+    manifest_dir: str = "data/manifests"  #: directory of the Lhotse manifests (recipe stage 1)
+    corpus: str = "mini"  #: corpus name in the manifest file names
+    train_sets: list = field(default_factory=lambda: ["train"])  #: training parts (manifest names)
+    dev_set: str = "dev"  #: development part, validated during training
     sampler: str = "bucketing"  #: bucketing (duration buckets, asrkit.data.batching) | padfree
     max_duration: float = 240.0  #: seconds of audio per batch (per rank)
-    num_buckets: int = 30
-    num_workers: int = 1
+    num_buckets: int = 30  #: duration buckets of the bucketing sampler
+    num_workers: int = 1  #: DataLoader worker processes per rank (0: load in the training process)
     min_duration: float = 0.3  #: shorter utterances are dropped (counted) before training
     max_utt_duration: float = 60.0  #: longer utterances are dropped (counted)
     on_bad_audio: str = "raise"  #: raise | skip (skip = warn, count, drop from the batch)
@@ -150,30 +150,30 @@ class DataConfig:
 @dataclass
 class OptimConfig:
     name: str = "adagrad"  #: adagrad | adam | adamw
-    lr: float = 0.03
-    betas: list = field(default_factory=lambda: [0.9, 0.98])
-    eps: float = 1e-8
-    weight_decay: float = 0.0
+    lr: float = 0.03  #: peak learning rate
+    betas: list = field(default_factory=lambda: [0.9, 0.98])  #: Adam / AdamW betas
+    eps: float = 1e-8  #: Adam / AdamW epsilon
+    weight_decay: float = 0.0  #: weight decay (decoupled for AdamW)
     schedule: str = "constant"  #: constant | warmup_constant | noam | warmup_cosine
-    warmup_steps: int = 0
+    warmup_steps: int = 0  #: linear warm-up steps of the schedule
     min_lr_ratio: float = 0.05  #: warmup_cosine floor
     clip_grad: float = 1.0  #: max gradient norm (0 = off), applied to unscaled gradients
 
 
 @dataclass
 class TrainConfig:
-    seed: int = 42
-    max_epochs: int = 100
+    seed: int = 42  #: seed of weights, batches, augmentation and dropout
+    max_epochs: int = 100  #: stop after this many epochs
     max_steps: int = 0  #: stop after this many optimizer steps (0 = no limit)
     max_minutes: float = 0.0  #: stop (cleanly, with a checkpoint) after this wall time (0 = no limit)
-    accum_grad: int = 1
+    accum_grad: int = 1  #: batches accumulated per optimizer step
     amp: str = "none"  #: none | bf16 | fp16 | auto (bf16 where the hardware computes it natively, else none)
     device: str = "auto"  #: auto | cpu | cuda
     threads: int = 0  #: torch intra-op threads on CPU (0 = torch default)
-    log_interval: int = 50
-    ckpt_every_steps: int = 1000
-    keep_last: int = 3
-    valid_every_epochs: int = 1
+    log_interval: int = 50  #: log a line every N optimizer steps
+    ckpt_every_steps: int = 1000  #: write a step checkpoint every N optimizer steps
+    keep_last: int = 3  #: step checkpoints kept (0: all)
+    valid_every_epochs: int = 1  #: validate on the dev set every N epochs
     #: how validation decodes the dev set (asrkit.training.validation; the ``decode.*`` options apply).
     #: ``auto``: greedy CTC, plus ``decode.method`` when that is not greedy (the recipe's decoder,
     #: e.g. wfst with its TLG graph, when the recipe's decode.* settings are in the training config);
@@ -187,7 +187,7 @@ class TrainConfig:
     #: ramped up as min(decay, (1 + step) / (10 + step))); validation and decoding then use it
     ema_decay: float = 0.0
     max_bad_steps: int = 20  #: consecutive NaN/inf steps before training stops
-    dist_timeout_s: float = 600.0
+    dist_timeout_s: float = 600.0  #: DDP collective timeout: a rank that hangs ends the job after this many seconds
     #: a resume with another number of processes is allowed: the rest of the epoch is dealt out to
     #: the new ranks (no utterance skipped or repeated; the global batch changes with the world size)
     elastic: bool = False
