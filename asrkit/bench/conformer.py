@@ -19,6 +19,8 @@ fp32 GEMM peak (:func:`asrkit.bench.train.gemm_peak`, ``--threads`` threads).
 from __future__ import annotations
 
 import argparse
+
+from asrkit.cliargs import Parser
 import statistics
 import time
 from pathlib import Path
@@ -168,7 +170,7 @@ def run(a: argparse.Namespace) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="asrkit bench conformer", description=__doc__.split("\n\n")[0])
+    ap = Parser(prog="asrkit bench conformer", description=__doc__.split("\n\n")[0])
     ap.add_argument("--a", type=Path, default=_MINI / "train_conformer.yaml", help="config A (profiled)")
     ap.add_argument("--b", type=Path, default=_MINI / "train.yaml", help="config B")
     ap.add_argument("--min-s", type=float, default=4.5, help="shortest utterance of the batch, seconds")

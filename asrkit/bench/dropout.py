@@ -19,6 +19,7 @@ import time
 
 import torch
 
+from asrkit.cliargs import Parser
 from asrkit.bench.frontend import add_step_args, step_batch
 
 
@@ -39,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     from asrkit.training.checks import load_config
     from asrkit.utils import cpu_model
 
-    ap = argparse.ArgumentParser(prog="asrkit bench dropout", description=__doc__.split("\n\n")[0])
+    ap = Parser(prog="asrkit bench dropout", description=__doc__.split("\n\n")[0])
     add_step_args(ap)
     ap.add_argument("--p", type=float, default=0.1, help="encoder.dropout of the dropout rows")
     a = ap.parse_args(argv)

@@ -14,6 +14,8 @@ of the VM hits both sides of each ratio.
 from __future__ import annotations
 
 import argparse
+
+from asrkit.cliargs import Parser
 import random
 import statistics
 import time
@@ -67,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     from asrkit.training.checks import load_config
     from asrkit.utils import cpu_model
 
-    ap = argparse.ArgumentParser(prog="asrkit bench frontend", description=__doc__.split("\n\n")[0])
+    ap = Parser(prog="asrkit bench frontend", description=__doc__.split("\n\n")[0])
     add_step_args(ap)
     ap.add_argument("--channels", default="32,64", help="conv2d channel counts, comma-separated")
     a = ap.parse_args(argv)

@@ -46,6 +46,8 @@ table. ``--amp bf16`` runs every row under CPU autocast (``train.amp=bf16``).
 from __future__ import annotations
 
 import argparse
+
+from asrkit.cliargs import Parser
 import json
 import os
 import random
@@ -226,7 +228,7 @@ def _reps(T: int, reps: int = 0) -> int:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="asrkit bench pos_enc", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="asrkit bench pos_enc", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="T = 100, 300 (+1000 for linear attention): a smoke run")
     p.add_argument("--out", type=Path, help="also write the table as Markdown to this file")
     p.add_argument("--batch", type=int, default=1, help="utterances per batch (all full length)")

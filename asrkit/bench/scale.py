@@ -27,6 +27,8 @@ Writes ``<out>.json``, ``<out>.md`` (table) and ``<out>.png`` (plot).
 from __future__ import annotations
 
 import argparse
+
+from asrkit.cliargs import Parser
 import json
 import os
 import resource
@@ -422,7 +424,7 @@ def growth(res: dict, key: str) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="asrkit bench scale", description=__doc__,
+    p = Parser(prog="asrkit bench scale", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", default=f"10000,30000,100000,{LIBRI_960}", help="corpus sizes (utterances, comma-separated) to measure (default: %(default)s)")
     p.add_argument("--work", type=Path, default=Path("/tmp/asrkit_bench_scale"), help="corpora and manifests (kept)")

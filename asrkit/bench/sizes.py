@@ -29,6 +29,8 @@ For each config of :data:`RECIPES` (the CPU models of mini and speechocean762, t
 from __future__ import annotations
 
 import argparse
+
+from asrkit.cliargs import Parser
 import logging
 import math
 from dataclasses import dataclass
@@ -281,7 +283,7 @@ def _floats(text: str) -> list[float]:
 def main(argv: list[str] | None = None) -> int:
     from asrkit.utils import atomic_write
 
-    ap = argparse.ArgumentParser(prog="asrkit bench sizes", description=__doc__.split("\n\n")[0],
+    ap = Parser(prog="asrkit bench sizes", description=__doc__.split("\n\n")[0],
                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--utt-seconds", type=float, default=15.0, help="utterance length of the main table's FLOPs")
     ap.add_argument("--lengths", type=_floats, default=[5.0, 30.0], help="other utterance lengths to count (comma-separated)")

@@ -33,6 +33,8 @@ median of the per-round ratios).
 from __future__ import annotations
 
 import argparse
+
+from asrkit.cliargs import Parser
 import json
 import logging
 import os
@@ -434,7 +436,7 @@ def main(argv: list[str]) -> int:
     from asrkit.schema import ConfigError
     from asrkit.utils import atomic_write
 
-    p = argparse.ArgumentParser(prog="asrkit bench train", description=__doc__.split("\n\n")[0],
+    p = Parser(prog="asrkit bench train", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--recipe", type=Path, help="a recipe dir after stages 1-3: conf/train.yaml, data/manifests, "
                    "data/tokens, data/fbank (read only)")

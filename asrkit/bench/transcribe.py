@@ -28,6 +28,8 @@ Timings need a quiet machine (workers are fresh processes with ``--threads`` thr
 from __future__ import annotations
 
 import argparse
+
+from asrkit.cliargs import Parser
 import json
 import os
 import resource
@@ -177,7 +179,7 @@ def _one_hour(cuts: list, minutes: float, out: Path) -> tuple[Path, str]:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m asrkit.bench transcribe", description=__doc__,
+    p = Parser(prog="python -m asrkit.bench transcribe", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, type=Path, help="a package written by asrkit export --onnx")
     p.add_argument("--recipe", type=Path, default=Path("."), help="recipe dir (data/manifests)")

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from asrkit.cliargs import Parser
 from asrkit.bench.peers.common import (
     DEFAULT_RECIPE,
     DEFAULT_SETS,
@@ -30,7 +31,7 @@ from asrkit.bench.peers.table import _compare, _cpu_name, compare_cells, format_
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="asrkit bench peers", description="asrkit side by side with ESPnet on the same real data, machine and budget.")
+    p = Parser(prog="asrkit bench peers", description="asrkit side by side with ESPnet on the same real data, machine and budget.")
     p.add_argument("--recipe", type=Path, default=DEFAULT_RECIPE, help="recipe dir (its data/kaldi and conf/train.yaml)")
     p.add_argument("--data", type=Path, help="dir of Kaldi data dirs (default: RECIPE/data/kaldi)")
     p.add_argument("--config", type=Path, help="asrkit training config (default: RECIPE/conf/train.yaml)")
