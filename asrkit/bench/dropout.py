@@ -12,7 +12,6 @@ step of the same round, so a slow spell of the VM hits both sides of each ratio.
 """
 from __future__ import annotations
 
-import argparse
 import random
 import statistics
 import time

@@ -45,7 +45,6 @@ table. ``--amp bf16`` runs every row under CPU autocast (``train.amp=bf16``).
 """
 from __future__ import annotations
 
-import argparse
 
 from asrkit.cliargs import Parser
 import json

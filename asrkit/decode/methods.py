@@ -193,8 +193,10 @@ class Decoder:
     @torch.no_grad()
     def encode(self, batch: dict) -> EncoderOutput:
         """The encoder output of a batch (an utterance too short for the model is named)."""
-        dev = next(self.model.parameters()).device  # the batch goes where the model is (decode.device)
-        feats, lens, times = (batch[k].to(dev) if isinstance(batch[k], torch.Tensor) else batch[k]
+        # the batch goes where the model is (decode.device); a model without parameters stays put
+        param = next(self.model.parameters(), None)
+        dev = param.device if param is not None else None
+        feats, lens, times = (batch[k].to(dev) if isinstance(batch[k], torch.Tensor) and dev is not None else batch[k]
                               for k in ("feats", "feat_lens", "times"))
         try:
             return self.model.encode(feats, lens, times)

@@ -1,7 +1,6 @@
 """``python -m asrkit.bench peers``: the command line."""
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
