@@ -39,7 +39,7 @@ def recipe(tmp_path):
     (mini / "path.sh").write_text("")
     tpl = egs / "TEMPLATE" / "asr1"
     (tpl / "utils").mkdir(parents=True)
-    for name in ("parse_options.sh", "seeds.sh", "budget.sh", "parallel.sh"):
+    for name in ("parse_options.sh", "seeds.sh", "budget.sh", "parallel.sh", "recipe_help.sh"):
         shutil.copy(ROOT / "egs" / "TEMPLATE" / "asr1" / "utils" / name, tpl / "utils" / name)
     (tpl / "asr.sh").write_text(STUB_ASR)
     (tpl / "asr.sh").chmod(0o755)
@@ -216,7 +216,7 @@ def _run_so_pos_compare(tmp_path, *args: str) -> tuple[subprocess.CompletedProce
     (rec / "run.sh").chmod(0o755)
     tpl = tmp_path / "egs" / "TEMPLATE" / "asr1" / "utils"
     tpl.mkdir(parents=True, exist_ok=True)
-    for name in ("parse_options.sh", "seeds.sh", "budget.sh", "parallel.sh"):
+    for name in ("parse_options.sh", "seeds.sh", "budget.sh", "parallel.sh", "recipe_help.sh"):
         shutil.copy(ROOT / "egs" / "TEMPLATE" / "asr1" / "utils" / name, tpl / name)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
