@@ -330,9 +330,12 @@ class Trainer:
             inner = getattr(sampler, "sampler", sampler)  # a ResumableSampler's
             try:
                 rest = len(inner)  # this rank's batches of the epoch (from the sampler's start on)
-                n_global = inner.num_global_batches() if hasattr(inner, "num_global_batches") else None
             except TypeError:  # a sampler that does not know its length
-                rest = n_global = None
+                rest = None
+            try:
+                n_global = inner.num_global_batches() if hasattr(inner, "num_global_batches") else None
+            except (NotImplementedError, ValueError):  # a sampler that plans per rank (Lhotse Shar)
+                n_global = None
             per_epoch = -(-n_global // self.dist.world_size) if n_global is not None else rest
             self.budget = step_budget(self.cfg.train.max_steps, self.cfg.train.max_epochs, self.step, self.epoch,
                                       None if rest is None else max(0, rest - self.batch_in_epoch), per_epoch,
