@@ -314,3 +314,98 @@ def test_espnet_config_of_the_equal_config_lists_frontend_and_encoding_as_the_sa
     recipe = load_config(EQUAL_CONF.with_name("train.yaml"), ["optim.warmup_steps=5"])
     _, diffs = peers.espnet_config(recipe, epochs=2, iters_per_epoch=10)
     assert not any(d.startswith(("frontend: the same", "positional encoding: the same")) for d in diffs)
+
+
+def test_espnet_records_carry_the_speaker_of_utt2spk(tmp_path):
+    """ESPnet's hypotheses with their speakers, as asrkit decode records them, so that the sign
+    test of asrkit compare --sign-unit speaker blocks both sides by the same speakers."""
+    refs = peers.read_kaldi_text(FIX / "ref_text")
+    (tmp_path / "utt2spk").write_text("".join(f"{u} spk{i % 3}\n" for i, u in enumerate(refs)))
+    recs = peers.espnet_hyps_to_records(FIX / "1best_recog_text", FIX / "ref_text", _durations(),
+                                        tmp_path / "utt2spk")
+    assert [r["speaker"] for r in recs] == [f"spk{i % 3}" for i in range(len(refs))]
+    assert "speaker" not in peers.espnet_hyps_to_records(FIX / "1best_recog_text", FIX / "ref_text", _durations())[0]
+
+
+def test_espnet_decodes_the_checkpoint_that_matches_asrkits_weights():
+    """No moving average on asrkit's side: ESPnet decodes its last epoch's weights (latest.pth),
+    not its best-by-dev-loss average; with asrkit's EMA, ESPnet's own average."""
+    from asrkit.bench.peers.sides import espnet_model_file
+
+    equal = load_config(Path("egs/speechocean762/asr1/conf/train_espnet_equal.yaml"))
+    assert equal.train.ema_decay == 0 and espnet_model_file(equal) == "latest.pth"
+    _, diffs = peers.espnet_config(equal, epochs=2, iters_per_epoch=200)
+    assert any(d.startswith("weight averaging: none on either side") for d in diffs)
+    recipe = load_config(Path("egs/speechocean762/asr1/conf/train.yaml"))
+    assert recipe.train.ema_decay > 0 and espnet_model_file(recipe) == "valid.loss.ave.pth"
+
+
+def test_librispeech_layout_becomes_a_kaldi_dir(tmp_path):
+    from asrkit.bench.peers.data import librispeech_to_kaldi
+
+    ch = tmp_path / "LibriSpeech" / "dev" / "103" / "1240"
+    ch.mkdir(parents=True)
+    for i in range(2):
+        sf.write(str(ch / f"103-1240-000{i}.flac"), np.zeros(1600, dtype=np.int16), 16000)
+    (ch / "103-1240.trans.txt").write_text("103-1240-0000 HELLO WORLD\n103-1240-0001 GOOD  BYE\n")
+    out = librispeech_to_kaldi(tmp_path / "LibriSpeech" / "dev", tmp_path / "kaldi" / "dev")
+    assert peers.read_kaldi_text(out / "text") == {"103-1240-0000": "HELLO WORLD", "103-1240-0001": "GOOD  BYE"}
+    assert peers.read_kaldi_text(out / "utt2spk") == {"103-1240-0000": "103", "103-1240-0001": "103"}
+    wav = peers.read_kaldi_text(out / "wav.scp")
+    assert wav["103-1240-0001"] == str((ch / "103-1240-0001.flac").resolve())
+    durs = peers.normalize_kaldi_dir(out, tmp_path / "data" / "dev", [tmp_path])
+    assert durs == {"103-1240-0000": 0.1, "103-1240-0001": 0.1}
+    (ch / "103-1240-0001.flac").unlink()
+    with pytest.raises(peers.PeersError, match=r"103-1240.trans.txt:2: no audio file 103-1240-0001.flac"):
+        librispeech_to_kaldi(tmp_path / "LibriSpeech" / "dev", tmp_path / "kaldi2" / "dev")
+    with pytest.raises(peers.PeersError, match="not a part of a corpus in LibriSpeech's layout"):
+        librispeech_to_kaldi(tmp_path / "kaldi", tmp_path / "kaldi3")
+
+
+def test_espnet_runner_flushes_denormals_in_espnets_processes(tmp_path):
+    """tools/peers/espnet/run.py runs ESPnet's entry points with denormals flushed to zero (as
+    asrkit's processes run), the module's own argv intact; --flush-denormal false leaves them."""
+    import importlib.util
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("espnet_run", Path("tools/peers/espnet/run.py"))
+    run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run)
+    (tmp_path / "probe_mod.py").write_text(
+        "import sys, torch\nx = torch.tensor([1e-39], dtype=torch.float32) * 1.0\n"
+        "print(sys.argv[0].endswith('probe_mod.py'), sys.argv[1:], float(x[0]) == 0.0)\n")
+    for flag, zero in (("true", "True"), ("false", "False")):
+        cmd = run.module(SimpleNamespace(flush_denormal=flag), "probe_mod")
+        cmd[0] = sys.executable
+        out = subprocess.run([*cmd, "--a", "1"], capture_output=True, text=True, cwd=tmp_path, check=True).stdout
+        assert out.split() == ["True", "['--a',", "'1']", zero]
+
+
+def test_seed_study_table_groups_each_sides_seeds_and_tests_them_by_speaker(tmp_path):
+    """--seeds: asrkit compare over asrkit_seedN / espnet_seedN, one row per side (mean and spread
+    over the seeds), the seed-level difference with ESPnet the baseline, blocked by speaker."""
+    from asrkit.bench.peers.table import _compare, compare_cells, format_seeds_table
+    from asrkit.scoring.report import score_dir
+
+    refs = peers.read_kaldi_text(FIX / "ref_text")
+    (tmp_path / "utt2spk").write_text("".join(f"{u} {u[:4]}\n" for u in refs))
+    base = peers.espnet_hyps_to_records(FIX / "1best_recog_text", FIX / "ref_text", _durations(), tmp_path / "utt2spk")
+    for side, seed, n_wrong in (("asrkit", 1, 3), ("asrkit", 2, 5), ("espnet", 1, 20), ("espnet", 2, 25)):
+        recs = [dict(r, hyp=r["ref"] if i >= n_wrong else "X") for i, r in enumerate(base)]
+        d = tmp_path / "exps" / f"{side}_seed{seed}" / "decode_test"
+        peers.write_espnet_decode_dir(d, recs, "test", 10.0, None, [10.0, 15.0, 20.0], "latest.pth", 0, 2)
+        score_dir(d, bins=[10.0, 15.0, 20.0], normalizer=peers.NORM)
+    c = _compare(tmp_path, ["test"], [1, 2])
+    cells = compare_cells(c["doc"], ["test"])["test"]
+    assert set(cells["asrkit_seeds"]) == {"1", "2"} and set(cells["espnet_seeds"]) == {"1", "2"}
+    assert "±" in cells["asrkit"] and cells["asrkit_wer"] < cells["espnet_wer"]
+    assert cells["diff"].startswith("-")
+    assert c["doc"]["settings"].get("sign_unit") == "speaker"
+    run = {"train": {"wall_s": 100.0, "cpu_s": 190.0}, "diffs": ["a difference"], "model": "latest.pth"}
+    text = format_seeds_table({"seeds": [1, 2], "steps": 1200, "sets": ["test"], "compare": {"test": cells},
+                               "per_seed": {"asrkit": {1: run, 2: run}, "espnet": {1: run, 2: run}},
+                               "espnet_version": "202511", "cpu": "a CPU", "threads": 2, "date": "today"})
+    assert "2 seed(s) a side (1, 2), 1200 optimizer steps each" in text
+    assert "ESPnet decodes `latest.pth`" in text and "- a difference" in text

@@ -16,7 +16,7 @@ from asrkit.bench.peers.common import (
     REPO,
     PeersError,
 )
-from asrkit.bench.peers.data import normalize_kaldi_dir
+from asrkit.bench.peers.data import librispeech_to_kaldi, normalize_kaldi_dir
 from asrkit.bench.peers.equal import DEFAULT_CONFIG
 from asrkit.bench.peers.espnet_config import (
     batches_per_pass,
@@ -26,7 +26,7 @@ from asrkit.bench.peers.espnet_config import (
 )
 from asrkit.bench.peers.relpos import relpos_bench
 from asrkit.bench.peers.sides import _env, _espnet_version, run_asrkit, run_espnet
-from asrkit.bench.peers.table import _compare, _cpu_name, compare_cells, format_table
+from asrkit.bench.peers.table import _compare, _cpu_name, compare_cells, format_seeds_table, format_table
 
 
 def main(argv: list[str]) -> int:
@@ -60,6 +60,14 @@ def main(argv: list[str]) -> int:
     p.add_argument("--warmup", type=int, default=10, help="--arch espnet: untimed steps first")
     p.add_argument("--rounds", type=int, default=2, help="--arch espnet: rounds per side (A B, B A, ...)")
     p.add_argument("--vocab", type=int, default=30, help="--arch espnet: CTC outputs (letters + blank)")
+    p.add_argument("--layout", choices=["kaldi", "librispeech"], default="kaldi",
+                   help="what --data holds: Kaldi data dirs, or the parts of a corpus in LibriSpeech's layout "
+                        "(e.g. egs/mini/asr1/data/corpus/LibriSpeech), written as Kaldi dirs under WORK/src first")
+    p.add_argument("--seeds", type=int, nargs="+",
+                   help="an accuracy study: both sides trained and decoded once per seed (train.seed=N on both; "
+                        "WORK/exps/asrkit_seedN, WORK/exps/espnet_seedN); a side that finished is kept, one that "
+                        "stopped continues from its checkpoints; the table: asrkit compare over the seeds with "
+                        "speaker blocks, ESPnet the baseline")
     p.add_argument("--relpos-T", type=int, default=1000, help="frames of the relpos micro-benchmark (default: %(default)s)")
     p.add_argument("--relpos-d", type=int, default=0, help="model width (default: the config's encoder.d_model)")
     p.add_argument("--relpos-heads", type=int, default=4, help="attention heads of the relpos micro-benchmark (default: %(default)s)")
@@ -96,23 +104,11 @@ def main(argv: list[str]) -> int:
     t0 = time.time()
     res: dict[str, Any] = {"cpu": _cpu_name(), "threads": args.threads, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                            "sets": args.sets}
+    if args.seeds:
+        return _main_seeds(args, env, work, res)
     try:
         if args.only not in ("relpos", "table"):  # asr, asrkit, espnet or all
-            bases = [args.recipe.resolve(), args.data.resolve()]
-            durs: dict[str, dict[str, float]] = {}
-            every = max(1, round(1 / args.decode_fraction))
-            for part in [args.train, args.dev, *args.sets]:
-                durs[part] = normalize_kaldi_dir(args.data / part, work / "data" / part, bases,
-                                                 every if part in args.sets else 1)
-            res["decode_every"] = every
-            res["n_utts"] = {s: len(durs[s]) for s in args.sets}
-            res["audio_s"] = {s: sum(durs[s].values()) for s in args.sets}
-            res["train_durations"] = list(durs[args.train].values())
-            n_batch = batches_per_pass(list(durs[args.train].values()), cfg.data.max_duration)
-            epochs, iters = plan_steps(args.steps, n_batch)
-            res["steps"] = epochs * iters
-            print(f"[peers] {res['steps']} steps each: ESPnet {epochs} epochs x {iters} iterations "
-                  f"(~{n_batch} batches per pass)", file=sys.stderr)
+            durs, epochs, iters = _prepare(args, cfg, work, res)
             if args.only != "espnet":
                 res["asrkit"] = run_asrkit(args, args.config, res["steps"], work, env)
                 _save(work / "asrkit" / "result.json", res["asrkit"], res)
@@ -150,6 +146,81 @@ def main(argv: list[str]) -> int:
     print(text)
     work.mkdir(parents=True, exist_ok=True)
     (work / "peers.json").write_text(json.dumps(res, indent=1, default=str))
+    if args.out:
+        from asrkit.utils import atomic_write
+
+        with atomic_write(args.out) as f:
+            f.write(text)
+    return 0
+
+
+def _prepare(args, cfg, work: Path, res: dict) -> tuple[dict[str, dict[str, float]], int, int]:
+    """The Kaldi dirs both sides read (WORK/data) and the step plan: utterance durations per set,
+    ESPnet's epochs and iterations per epoch; the run's facts go into ``res``."""
+    data = args.data
+    if args.layout == "librispeech":  # the parts of a LibriSpeech-layout corpus as Kaldi dirs first
+        for part in [args.train, args.dev, *args.sets]:
+            librispeech_to_kaldi(args.data / part, work / "src" / part)
+        data = work / "src"
+    bases = [args.recipe.resolve(), args.data.resolve()]
+    durs: dict[str, dict[str, float]] = {}
+    every = max(1, round(1 / args.decode_fraction))
+    for part in [args.train, args.dev, *args.sets]:
+        durs[part] = normalize_kaldi_dir(data / part, work / "data" / part, bases, every if part in args.sets else 1)
+    res["decode_every"] = every
+    res["n_utts"] = {s: len(durs[s]) for s in args.sets}
+    res["audio_s"] = {s: sum(durs[s].values()) for s in args.sets}
+    res["train_durations"] = list(durs[args.train].values())
+    n_batch = batches_per_pass(list(durs[args.train].values()), cfg.data.max_duration)
+    epochs, iters = plan_steps(args.steps, n_batch)
+    res["steps"] = epochs * iters
+    print(f"[peers] {res['steps']} steps each: ESPnet {epochs} epochs x {iters} iterations "
+          f"(~{n_batch} batches per pass)", file=sys.stderr)
+    return durs, epochs, iters
+
+
+def _main_seeds(args, env: dict, work: Path, res: dict) -> int:
+    """``--seeds``: per seed, each side trained and decoded (finished sides kept, stopped ones
+    continued), then ``asrkit compare`` over every seed both sides have finished."""
+    from asrkit.config import load_config
+
+    try:
+        cfg = load_config(args.config, args.asrkit_args)
+        durs, epochs, iters = _prepare(args, cfg, work, res)
+        typical = round(100 * statistics.median(durs[args.train].values()))
+        for seed in args.seeds:
+            over = [*args.asrkit_args, f"train.seed={seed}"]
+            cfg_s = load_config(args.config, over)
+            for side in ("asrkit", "espnet"):
+                if args.only in ("asrkit", "espnet") and side != args.only or args.only == "table":
+                    continue
+                tag = f"{side}_seed{seed}"
+                done = work / tag / "result.json"
+                if done.is_file() and json.loads(done.read_text())["run"].get("steps") == res["steps"]:
+                    print(f"[peers] {tag}: finished before ({done}), kept", file=sys.stderr)
+                    continue
+                if side == "asrkit":
+                    r = run_asrkit(args, args.config, res["steps"], work, env, tag=tag, overrides=over, resume=True)
+                else:
+                    r = run_espnet(args, cfg_s, epochs, iters, work, env, typical, tag=tag, resume=True)
+                _save(done, r, res)
+        seeds = [s for s in args.seeds
+                 if all((work / f"{side}_seed{s}" / "result.json").is_file() for side in ("asrkit", "espnet"))]
+        if not seeds:
+            raise PeersError(f"no seed has both sides finished under {work} yet")
+        res["seeds"] = seeds
+        c = _compare(work, args.sets, seeds)
+        res["compare"] = compare_cells(c["doc"], args.sets)
+        res["compare_md"] = c["md"]
+        res["per_seed"] = {side: {s: json.loads((work / f"{side}_seed{s}" / "result.json").read_text())["result"]
+                                  for s in seeds} for side in ("asrkit", "espnet")}
+        res["espnet_version"] = _espnet_version(args.espnet_venv)
+    except PeersError as e:
+        print(f"asrkit bench peers: error: {e}", file=sys.stderr)
+        return 1
+    text = format_seeds_table(res)
+    print(text)
+    (work / "peers_seeds.json").write_text(json.dumps(res, indent=1, default=str))
     if args.out:
         from asrkit.utils import atomic_write
 

@@ -80,3 +80,29 @@ def normalize_kaldi_dir(src: Path, dst: Path, bases: list[Path], every: int = 1)
     return {u: dur[u] for u in ids}
 
 
+
+
+def librispeech_to_kaldi(part_dir: Path, dst: Path) -> Path:
+    """A Kaldi data dir (``wav.scp`` of absolute audio paths, ``text``, ``utt2spk``) for one part of
+    a corpus in LibriSpeech's layout (``<spk>/<chapter>/<spk>-<chapter>.trans.txt`` beside
+    ``<utt>.flac``), e.g. the mini corpus; returns ``dst``."""
+    trans = sorted(part_dir.rglob("*.trans.txt"))
+    if not trans:
+        raise PeersError(f"{part_dir}: no */*/*.trans.txt: not a part of a corpus in LibriSpeech's layout "
+                         "(--layout librispeech wants --data to hold the parts, e.g. data/corpus/LibriSpeech)")
+    wav, text = {}, {}
+    for t in trans:
+        for n, line in enumerate(t.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            u, _, words = line.partition(" ")
+            audio = next((t.parent / f"{u}{ext}" for ext in (".flac", ".wav") if (t.parent / f"{u}{ext}").is_file()), None)
+            if audio is None:
+                raise PeersError(f"{t}:{n}: no audio file {u}.flac (or .wav) beside it")
+            wav[u], text[u] = str(audio.resolve()), words.strip()
+    dst.mkdir(parents=True, exist_ok=True)
+    ids = sorted(text)
+    (dst / "wav.scp").write_text("".join(f"{u} {wav[u]}\n" for u in ids))
+    (dst / "text").write_text("".join(f"{u} {text[u]}\n" for u in ids))
+    (dst / "utt2spk").write_text("".join(f"{u} {u.split('-')[0]}\n" for u in ids))
+    return dst

@@ -129,8 +129,11 @@ def espnet_config(cfg, *, epochs: int, iters_per_epoch: int, typical_frames: int
                      f"{t.ema_decay:g}, e-folding ~{span:.0f} steps); ESPnet has none and averages its {n} best "
                      f"epoch checkpoints by dev loss (valid.loss.ave, its standard way; {n} = the better half of "
                      f"its {epochs} epochs, at most 10)")
-    elif nbest:
-        conf["keep_nbest_models"] = nbest
+    else:
+        if nbest:
+            conf["keep_nbest_models"] = nbest
+        diffs.append("weight averaging: none on either side (train.ema_decay 0): asrkit decodes its last weights, "
+                     "ESPnet latest.pth, its last epoch's, after the same number of steps")
     fe, pos = cfg.frontend, dict(e.pos or {})
     same_frontend = (fe.type == "conv2d" and fe.stride == 4 and fe.kernel == 3 and fe.channels == e.d_model
                      and getattr(fe, "padding", "half") == "none")
@@ -161,8 +164,8 @@ def espnet_config(cfg, *, epochs: int, iters_per_epoch: int, typical_frames: int
          f"dropout: ESPnet's conv2d subsampling drops out its output at encoder dropout_rate ({e.dropout:g}); asrkit's "
          f"frontend at frontend.dropout ({fe.dropout:g})"),
         "layer norm: eps 1e-12 in ESPnet, 1e-5 in asrkit (encoder outputs differ by < 1e-4 on the fixture)",
-        "flush-to-zero of denormals: asrkit's processes set it, ESPnet's do not (the --arch espnet step benchmark "
-        "sets it on both)",
+        "flush-to-zero of denormals: on in both toolkits' processes (asrkit sets it itself; "
+        "tools/peers/espnet/run.py --flush-denormal true for ESPnet's training and decoding)",
         "features: asrkit Kaldi-compatible fbank (Lhotse, povey window); ESPnet's default frontend (STFT, hann "
         f"window, n_fft {conf['frontend_conf']['n_fft']}, log-mel): same {f.n_mels} mels, 25 ms / 10 ms",
         "batches: asrkit's BucketingSampler (duration buckets), at most data.max_duration seconds per batch; ESPnet "

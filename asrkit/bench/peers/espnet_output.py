@@ -20,11 +20,15 @@ def read_kaldi_text(path: Path) -> dict[str, str]:
     return out
 
 
-def espnet_hyps_to_records(hyp_text: Path, ref_text: Path, durations: dict[str, float]) -> list[dict]:
+def espnet_hyps_to_records(hyp_text: Path, ref_text: Path, durations: dict[str, float],
+                           utt2spk: Path | None = None) -> list[dict]:
     """ESPnet's ``1best_recog/text`` (``uttid HYP``, char tokens already joined, ``<space>`` turned
     into spaces by its tokenizer) as asrkit ``hyp.jsonl`` records ``{id, ref, hyp, duration}``, in the
-    order of the reference ``text``. Every reference utterance must have a hypothesis."""
+    order of the reference ``text``, with ``speaker`` from the Kaldi ``utt2spk`` where given (as
+    ``asrkit decode`` records the cut's speaker, so that ``asrkit compare --sign-unit speaker``
+    blocks both sides alike). Every reference utterance must have a hypothesis."""
     hyps, refs = read_kaldi_text(hyp_text), read_kaldi_text(ref_text)
+    spk = read_kaldi_text(utt2spk) if utt2spk is not None and utt2spk.is_file() else {}
     missing = [u for u in refs if u not in hyps]
     if missing:
         raise PeersError(f"{hyp_text}: no hypothesis for {len(missing)} of {len(refs)} utterances of {ref_text} "
@@ -35,7 +39,10 @@ def espnet_hyps_to_records(hyp_text: Path, ref_text: Path, durations: dict[str, 
     out = []
     for u, ref in refs.items():
         hyp = " ".join(hyps[u].replace("<space>", " ").split())
-        out.append({"id": u, "ref": ref, "hyp": hyp, "duration": float(durations[u])})
+        rec = {"id": u, "ref": ref, "hyp": hyp, "duration": float(durations[u])}
+        if u in spk:
+            rec["speaker"] = spk[u]
+        out.append(rec)
     return out
 
 

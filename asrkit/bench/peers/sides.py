@@ -69,9 +69,14 @@ def _env(threads: int) -> dict:
     return dict(os.environ, OMP_NUM_THREADS=n, MKL_NUM_THREADS=n, PYTHONUNBUFFERED="1")
 
 
-def run_asrkit(a, cfg_path: Path, steps: int, work: Path, env: dict) -> dict:
-    w = work / "asrkit"
-    exp = work / "exps" / "asrkit"
+def run_asrkit(a, cfg_path: Path, steps: int, work: Path, env: dict, tag: str = "asrkit",
+               overrides: list[str] | None = None, resume: bool = False) -> dict:
+    """asrkit's side: prepare, tokens, train ``steps`` steps, greedy-decode every test set; the
+    experiment in ``work/exps/<tag>``. ``resume``: continue a run that stopped (its checkpoints)
+    instead of starting afresh."""
+    w = work / tag
+    exp = work / "exps" / tag
+    overrides = list(a.asrkit_args if overrides is None else overrides)
     man, tok = w / "manifests", w / "tokens.json"
     out: dict[str, Any] = {}
     asrkit = [sys.executable, "-m", "asrkit"]
@@ -80,13 +85,14 @@ def run_asrkit(a, cfg_path: Path, steps: int, work: Path, env: dict) -> dict:
                               "asrkit prepare kaldi")
     out["tokens"] = measured([*asrkit, "tokens", "--cuts", str(man / f"peers_cuts_{a.train}.jsonl.gz"), "--kind", "letters",
                               "--out", str(tok)], w / "logs" / "tokens.log", env, "asrkit tokens")
-    shutil.rmtree(exp, ignore_errors=True)
+    if not resume:
+        shutil.rmtree(exp, ignore_errors=True)
     train_log = w / "logs" / "train.log"
     out["train"] = measured([*asrkit, "train", "--config", str(cfg_path), "--exp-dir", str(exp), "data.corpus=peers",
                              f"data.manifest_dir={man}", f"data.train_sets=[{a.train}]", f"data.dev_set={a.dev}",
                              "tokens.kind=letters", f"tokens.path={tok}", "data.features=on_the_fly",
                              f"train.max_steps={steps}", "train.max_minutes=0", f"train.threads={a.threads}",
-                             "train.log_interval=1", *a.asrkit_args], train_log, env, "asrkit train")
+                             "train.log_interval=1", *overrides], train_log, env, "asrkit train")
     t1 = first_step_time(train_log, r"step 1: loss")
     out["first_step_s"] = None if t1 is None else t1 - out["train"]["start"]
     info = json.loads((exp / "train_info.json").read_text())
@@ -105,9 +111,21 @@ def _asrkit_params(log: Path) -> float | None:
     return float(m.group(1)) * 1e6 if m else None
 
 
-def run_espnet(a, cfg, steps_e: int, iters: int, work: Path, env: dict, typical_frames: int) -> dict:
+def espnet_model_file(cfg) -> str:
+    """The ESPnet checkpoint that matches what asrkit decodes: with asrkit's moving average of the
+    weights, ESPnet's own average (``valid.loss.ave.pth``); without one, the last epoch's weights
+    (``latest.pth``), as asrkit decodes its last weights."""
+    return "valid.loss.ave.pth" if cfg.train.ema_decay > 0 else "latest.pth"
+
+
+def run_espnet(a, cfg, steps_e: int, iters: int, work: Path, env: dict, typical_frames: int, tag: str = "espnet",
+               resume: bool = False) -> dict:
+    """ESPnet's side (tools/peers/espnet/run.py in its venv): tokens, collect_stats, train, greedy
+    CTC decoding of every test set, scored by asrkit's scorer in ``work/exps/<tag>``. ``resume``:
+    continue from ESPnet's last epoch checkpoint."""
     py = str(REPO / a.espnet_venv / "bin" / "python")
-    w = work / "espnet"
+    w = work / tag
+    model = espnet_model_file(cfg)
     conf, diffs = espnet_config(cfg, epochs=steps_e, iters_per_epoch=iters, typical_frames=typical_frames)
     import yaml
 
@@ -119,11 +137,14 @@ def run_espnet(a, cfg, steps_e: int, iters: int, work: Path, env: dict, typical_
     common = ["--work", str(w), "--data", str(work / "data"), "--config", str(conf_path), "--train", a.train,
               "--dev", a.dev]
     out: dict[str, Any] = {"config": conf, "diffs": diffs, "config_path": str(conf_path)}
-    shutil.rmtree(w / "exp", ignore_errors=True)
+    if not resume:
+        shutil.rmtree(w / "exp", ignore_errors=True)
     shutil.rmtree(w / "decode", ignore_errors=True)
     out["tokens"] = measured([*base, "tokens", *common], w / "logs" / "run_tokens.log", env, "espnet tokens")
     out["stats"] = measured([*base, "stats", *common], w / "logs" / "run_stats.log", env, "espnet collect_stats")
-    out["train"] = measured([*base, "train", *common], w / "logs" / "run_train.log", env, "espnet train")
+    out["train"] = measured([*base, "train", *common, "--resume", "true" if resume else "false"],
+                            w / "logs" / "run_train.log", env, "espnet train")
+    out["model"] = model
     train_log = w / "logs" / "train.log"
     text = train_log.read_text(errors="replace")
     t1 = first_step_time(train_log, r"1epoch:train:1-1batch")
@@ -140,14 +161,15 @@ def run_espnet(a, cfg, steps_e: int, iters: int, work: Path, env: dict, typical_
     out["epochs_validated"] = len(re.findall(r"epoch results: ", text))
     out["decode"] = {}
     for s in a.sets:
-        r = measured([*base, "decode", *common, "--tests", s], w / "logs" / f"run_decode_{s}.log", env,
-                     f"espnet decode {s}")
+        r = measured([*base, "decode", *common, "--tests", s, "--model", model], w / "logs" / f"run_decode_{s}.log",
+                     env, f"espnet decode {s}")
         out["decode"][s] = r
         durs = json.loads((work / "data" / s / "durations.json").read_text())
-        recs = espnet_hyps_to_records(w / "decode" / s / "1best_recog" / "text", work / "data" / s / "text", durs)
-        d = work / "exps" / "espnet" / f"decode_{s}"
+        recs = espnet_hyps_to_records(w / "decode" / s / "1best_recog" / "text", work / "data" / s / "text", durs,
+                                      work / "data" / s / "utt2spk")
+        d = work / "exps" / tag / f"decode_{s}"
         write_espnet_decode_dir(d, recs, s, r["wall_s"], r["peak_rss_bytes"], list(cfg.decode.bins),
-                                "valid.loss.ave.pth", 0, a.threads)
+                                model, 0, a.threads)
         from asrkit.scoring.report import score_dir
 
         score_dir(d, bins=cfg.decode.bins, normalizer=NORM)

@@ -110,12 +110,19 @@ def format_table(res: dict) -> str:
     return "\n".join(L)
 
 
-def _compare(work: Path, sets: list[str]) -> dict:
-    """``asrkit compare`` of the two experiment dirs, ESPnet as the baseline: per set the WER cells
-    and the difference with its significance, from its compare.json."""
+def _compare(work: Path, sets: list[str], seeds: list[int] | None = None) -> dict:
+    """``asrkit compare`` of the two sides' experiment dirs, ESPnet as the baseline: per set the WER
+    cells and the difference with its significance, from its compare.json. ``seeds``: the dirs
+    ``asrkit_seedN`` / ``espnet_seedN``, one row per side (mean and spread over the seeds, the
+    seed-level test), sign test blocked by speaker."""
     out = work / "compare"
-    cmd = [sys.executable, "-m", "asrkit", "compare", str(work / "exps" / "asrkit"), str(work / "exps" / "espnet"),
-           "--names", "asrkit,espnet", "--baseline", "espnet", "--sets", ",".join(sets), "--out", str(out)]
+    if seeds:
+        dirs = [str(work / "exps" / f"{side}_seed{s}") for side in ("asrkit", "espnet") for s in seeds]
+        cmd = [sys.executable, "-m", "asrkit", "compare", *dirs, "--sign-unit", "speaker"]
+    else:
+        cmd = [sys.executable, "-m", "asrkit", "compare", str(work / "exps" / "asrkit"), str(work / "exps" / "espnet"),
+               "--names", "asrkit,espnet"]
+    cmd += ["--baseline", "espnet", "--sets", ",".join(sets), "--out", str(out)]
     p = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=REPO)
     if p.returncode != 0:
         raise PeersError(f"asrkit compare failed:\n{p.stderr[-2000:]}")
@@ -142,11 +149,41 @@ def compare_cells(doc: dict, sets: list[str]) -> dict:
         for name in ("asrkit", "espnet"):
             c = t["rows"].get(name, {}).get("all")
             cells[name] = "-" if not c or c["wer"] is None else f"{c['wer']:.2f} [{f(c['low'])}, {f(c['high'])}]"
+            if c and c.get("n_seeds", 1) > 1:
+                cells[name] += f" ±{f(c['std'])} ({f(c['min'])}-{f(c['max'])})"
             if c:
                 cells[name + "_wer"] = c["wer"]
+                cells[name + "_seeds"] = c.get("seeds", {})
         v = t["vs"].get("espnet", {}).get("asrkit", {}).get("all")
         cells["diff"] = "-" if not v or v["delta"] is None else (
             f"{v['delta']:+.2f} [{f(v['low'])}, {f(v['high'])}] p {p(v['mapsswe_p'])} / {p(v['sign_p'])}"
             + (f" {v['mark']}" if v.get("mark") else ""))
         out[t["name"]] = cells
     return out
+
+
+def format_seeds_table(res: dict) -> str:
+    """The accuracy study's table (``--seeds``): per test set each side's WER over the seeds and the
+    seed-level difference, then each seed's training wall time and step count."""
+    seeds = res["seeds"]
+    cmp = res.get("compare", {})
+    L = [f"## WER at equal architecture: asrkit vs ESPnet {res.get('espnet_version', '')}, {len(seeds)} seed(s) a "
+         f"side ({', '.join(map(str, seeds))}), {res['steps']} optimizer steps each", "",
+         "| test set | asrkit WER % [95 % interval] ±sd (min-max) | ESPnet WER % | asrkit - ESPnet [interval] "
+         "p MAPSSWE / sign (speaker blocks) |", "|---|---:|---:|---:|"]
+    for s in res["sets"]:
+        c = cmp.get(s, {})
+        L.append(f"| {s} | {c.get('asrkit', '-')} | {c.get('espnet', '-')} | {c.get('diff', '-')} |")
+    L += ["", "| seed | asrkit training wall (s) | ESPnet training wall (s) | asrkit CPU-s | ESPnet CPU-s |",
+          "|---:|---:|---:|---:|---:|"]
+    for sd in seeds:
+        a, e = res["per_seed"]["asrkit"][sd], res["per_seed"]["espnet"][sd]
+        L.append(f"| {sd} | {a['train']['wall_s']:.0f} | {e['train']['wall_s']:.0f} | "
+                 f"{_fmt(a['train'].get('cpu_s'), '.0f')} | {_fmt(e['train'].get('cpu_s'), '.0f')} |")
+    first = res["per_seed"]["espnet"][seeds[0]]
+    L += ["", f"Decoding: greedy CTC on both sides; ESPnet decodes `{first.get('model', 'valid.loss.ave.pth')}`. "
+          "Training times of a resumed side count only its last command. Both scored by asrkit's scorer "
+          f"(normalizer `{NORM}`); `asrkit compare` groups the seeds (ESPnet the baseline).", "",
+          "Differences that remain:", ""] + [f"- {d}" for d in first.get("diffs", [])] + [""]
+    L += [f"Machine: {res.get('cpu', _cpu_name())}, {res.get('threads', '-')} threads per side, {res.get('date', '')}.", ""]
+    return "\n".join(L)

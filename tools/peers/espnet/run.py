@@ -14,7 +14,8 @@ STAGE (each a separate command, so a caller can time and measure each one):
   char --write_vocabulary true`` with ``<blank>``, ``<unk>``, ``<sos/eos>``), as asr.sh stage 5.
 * ``stats``: ``espnet2.bin.asr_train --collect_stats true`` on train and dev (one job), then
   ``espnet2.bin.aggregate_stats_dirs`` and the ``text_shape.char`` files, as asr.sh stages 10-11.
-* ``train``: ``espnet2.bin.asr_train`` with the config (asr.sh stage 11).
+* ``train``: ``espnet2.bin.asr_train`` with the config (asr.sh stage 11); ``--seed N`` overrides the
+  config's seed, ``--resume true`` continues from ``W/exp/checkpoint.pth`` (the end of the last epoch).
 * ``decode``: every test set, one process each, batch 1, ``--model`` (default ``valid.loss.ave.pth``,
   the average the trainer writes). ``--search greedy`` (default): CTC best path through ESPnet's
   Python inference API: ``espnet2.bin.asr_inference.Speech2Text`` loads the model, ASRTask's
@@ -31,7 +32,9 @@ STAGE (each a separate command, so a caller can time and measure each one):
 ``D/<set>`` are Kaldi dirs (``wav.scp`` with absolute paths of 16 kHz wav files, no ``segments``,
 ``text``): asrkit's ``python -m asrkit.bench peers`` writes them from the recipe's dirs and gives
 both toolkits the same ones. Threads: OMP_NUM_THREADS / MKL_NUM_THREADS from the environment
-(ESPnet sets none itself on CPU).
+(ESPnet sets none itself on CPU). ``--flush-denormal true`` (default) runs ESPnet's training and
+decoding processes with ``torch.set_flush_denormal(True)``, as asrkit's processes run, so that neither
+side pays for denormal arithmetic the other does not.
 """
 from __future__ import annotations
 
@@ -44,6 +47,14 @@ import time
 from pathlib import Path
 
 PY = sys.executable
+
+
+def module(a, name: str) -> list[str]:
+    """``python -m name`` for the ESPnet venv, with denormals flushed to zero first when asked."""
+    if a.flush_denormal != "true":
+        return [PY, "-m", name]
+    return [PY, "-c", "import runpy, sys, torch; torch.set_flush_denormal(True); sys.argv[0] = %r; "
+            "runpy.run_module(%r, run_name='__main__', alter_sys=True)" % (name, name)]
 
 
 def run(cmd: list[str], log: Path) -> None:
@@ -96,7 +107,7 @@ def stats(a) -> None:
     train, dev = a.data / a.train, a.data / a.dev
     check_dir(train), check_dir(dev)
     out = a.work / "stats"
-    run([PY, "-m", "espnet2.bin.asr_train", "--collect_stats", "true", *common(a),
+    run([*module(a, "espnet2.bin.asr_train"), "--collect_stats", "true", *common(a),
          *data_args("train", train), *data_args("valid", dev),
          "--train_shape_file", str(train / "wav.scp"), "--valid_shape_file", str(dev / "wav.scp"),
          "--output_dir", str(out / "job1")], a.work / "logs" / "collect_stats.log")
@@ -112,10 +123,11 @@ def stats(a) -> None:
 def train(a) -> None:
     train, dev = a.data / a.train, a.data / a.dev
     st = a.work / "stats"
-    run([PY, "-m", "espnet2.bin.asr_train", *common(a), *data_args("train", train), *data_args("valid", dev),
+    seed = [] if a.seed is None else ["--seed", str(a.seed)]
+    run([*module(a, "espnet2.bin.asr_train"), *common(a), *seed, *data_args("train", train), *data_args("valid", dev),
          "--train_shape_file", str(st / "train" / "speech_shape"), "--train_shape_file", str(st / "train" / "text_shape.char"),
          "--valid_shape_file", str(st / "valid" / "speech_shape"), "--valid_shape_file", str(st / "valid" / "text_shape.char"),
-         "--resume", "false", "--output_dir", str(a.work / "exp")], a.work / "logs" / "train.log")
+         "--resume", a.resume, "--output_dir", str(a.work / "exp")], a.work / "logs" / "train.log")
 
 
 GREEDY = r"""
@@ -123,6 +135,8 @@ import sys, time
 from itertools import groupby
 from pathlib import Path
 import torch
+if sys.argv[5] == "true":
+    torch.set_flush_denormal(True)
 from espnet2.bin.asr_inference import Speech2Text
 from espnet2.tasks.asr import ASRTask
 
@@ -157,11 +171,11 @@ def decode(a) -> None:
         t0 = time.time()
         if a.search == "greedy":
             run([PY, "-c", GREEDY, str(exp / "config.yaml"), str(exp / a.model), f"{d}/wav.scp",
-                 str(out / "1best_recog")], a.work / "logs" / f"decode_{s}.log")
+                 str(out / "1best_recog"), a.flush_denormal], a.work / "logs" / f"decode_{s}.log")
             (out / "wall.json").write_text(json.dumps({"set": s, "wall_seconds": time.time() - t0, "model": a.model,
                                                        "search": "greedy", "threads": os.environ.get("OMP_NUM_THREADS")}))
             continue
-        run([PY, "-m", "espnet2.bin.asr_inference", "--ngpu", "0", "--batch_size", "1", "--nbest", "1",
+        run([*module(a, "espnet2.bin.asr_inference"), "--ngpu", "0", "--batch_size", "1", "--nbest", "1",
              "--beam_size", str(a.beam), "--ctc_weight", "1.0", "--lm_weight", "0.0", "--penalty", "0.0",
              "--time_sync", "false",
              "--data_path_and_name_and_type", f"{d}/wav.scp,speech,sound", "--key_file", f"{d}/wav.scp",
@@ -181,7 +195,14 @@ def main() -> None:
     p.add_argument("--train", default="train")
     p.add_argument("--dev", default="dev")
     p.add_argument("--tests", nargs="+", default=["test"])
-    p.add_argument("--model", default="valid.loss.ave.pth", help="checkpoint in WORK/exp to decode")
+    p.add_argument("--model", default="valid.loss.ave.pth",
+                   help="checkpoint in WORK/exp to decode: valid.loss.ave.pth (the average the trainer writes) or "
+                        "latest.pth (the last epoch's weights)")
+    p.add_argument("--seed", type=int, help="random seed of training (default: the config's)")
+    p.add_argument("--resume", choices=["true", "false"], default="false",
+                   help="train: continue from WORK/exp/checkpoint.pth (ESPnet writes it after every epoch)")
+    p.add_argument("--flush-denormal", choices=["true", "false"], default="true",
+                   help="torch.set_flush_denormal(True) in ESPnet's training and decoding processes (asrkit's set it)")
     p.add_argument("--search", choices=["greedy", "beam"], default="greedy",
                    help="greedy: CTC best path with ESPnet's Python API (Speech2Text loads the model, its "
                         "encoder, CTC.argmax, its tokenizer); beam: the espnet2.bin.asr_inference command")
