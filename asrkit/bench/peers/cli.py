@@ -206,6 +206,9 @@ def _main_seeds(args, env: dict, work: Path, res: dict) -> int:
                 _save(done, r, res)
         seeds = [s for s in args.seeds
                  if all((work / f"{side}_seed{s}" / "result.json").is_file() for side in ("asrkit", "espnet"))]
+        if args.only in ("asrkit", "espnet") and not seeds:  # one side alone (the other runs elsewhere, or later)
+            print(f"[peers] {args.only}: done; the table needs both sides: rerun with --only table", file=sys.stderr)
+            return 0
         if not seeds:
             raise PeersError(f"no seed has both sides finished under {work} yet")
         res["seeds"] = seeds
