@@ -105,7 +105,7 @@ def main(argv: list[str]) -> int:
     res: dict[str, Any] = {"cpu": _cpu_name(), "threads": args.threads, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                            "sets": args.sets}
     if args.seeds:
-        return _main_seeds(args, env, work, res)
+        return _main_seeds(args, cfg, env, work, res)
     try:
         if args.only not in ("relpos", "table"):  # asr, asrkit, espnet or all
             durs, epochs, iters = _prepare(args, cfg, work, res)
@@ -179,21 +179,20 @@ def _prepare(args, cfg, work: Path, res: dict) -> tuple[dict[str, dict[str, floa
     return durs, epochs, iters
 
 
-def _main_seeds(args, env: dict, work: Path, res: dict) -> int:
+def _main_seeds(args, cfg, env: dict, work: Path, res: dict) -> int:
     """``--seeds``: per seed, each side trained and decoded (finished sides kept, stopped ones
     continued), then ``asrkit compare`` over every seed both sides have finished."""
     from asrkit.config import load_config
 
     try:
-        cfg = load_config(args.config, args.asrkit_args)
         durs, epochs, iters = _prepare(args, cfg, work, res)
         typical = round(100 * statistics.median(durs[args.train].values()))
         for seed in args.seeds:
             over = [*args.asrkit_args, f"train.seed={seed}"]
             cfg_s = load_config(args.config, over)
             for side in ("asrkit", "espnet"):
-                if args.only in ("asrkit", "espnet") and side != args.only or args.only == "table":
-                    continue
+                if args.only == "table" or args.only in ("asrkit", "espnet") and side != args.only:
+                    continue  # this side is not asked for
                 tag = f"{side}_seed{seed}"
                 done = work / tag / "result.json"
                 if done.is_file() and json.loads(done.read_text())["run"].get("steps") == res["steps"]:
