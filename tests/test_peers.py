@@ -152,6 +152,45 @@ def test_kaldi_dir_copy_resolves_relative_paths_and_cuts_segments(tmp_path):
     assert sf.info(str(tmp_path / "out" / "seg" / "wav" / "u2.wav")).frames == 32000
 
 
+def test_kaldi_dir_copy_made_before_from_the_same_files_is_kept_and_remade_when_they_change(tmp_path):
+    """Two ``--only`` runs (one per side) or a rerun while a side trains must not rewrite the dir a
+    running side reads: a dir made from the same source files is kept as it is."""
+    _wav(tmp_path / "a.wav", 1.0)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "wav.scp").write_text(f"a {tmp_path / 'a.wav'}\n")
+    (src / "text").write_text("a HELLO\n")
+    out = tmp_path / "out" / "test"
+    assert peers.normalize_kaldi_dir(src, out, []) == {"a": pytest.approx(1.0)}
+    (out / "in-use").write_text("a side reads this dir")
+    assert peers.normalize_kaldi_dir(src, out, []) == {"a": pytest.approx(1.0)}
+    assert (out / "in-use").is_file()  # kept, not rewritten
+    (src / "text").write_text("a HELLO WORLD\n")  # the source changed: made again
+    peers.normalize_kaldi_dir(src, out, [])
+    assert not (out / "in-use").exists() and peers.read_kaldi_text(out / "text") == {"a": "HELLO WORLD"}
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["test"]  # no temporary dir left
+
+
+def test_data_preparation_lock_makes_a_second_run_wait(tmp_path):
+    import threading
+
+    from asrkit.bench.peers.data import prepare_lock
+
+    order = []
+
+    def second():
+        with prepare_lock(tmp_path):
+            order.append("second")
+
+    with prepare_lock(tmp_path):
+        t = threading.Thread(target=second)
+        t.start()
+        t.join(0.5)
+        order.append("first done")
+    t.join(10)
+    assert order == ["first done", "second"]
+
+
 @pytest.mark.parametrize("line, match", [("a WAVE/missing.wav", "found relative to none"),
                                          ("a python3 -m asrkit.inference.audio in.mp3 |", "is a command")])
 def test_kaldi_dir_copy_bad_audio_names_the_file_and_line(tmp_path, line, match):

@@ -16,7 +16,7 @@ from asrkit.bench.peers.common import (
     REPO,
     PeersError,
 )
-from asrkit.bench.peers.data import librispeech_to_kaldi, normalize_kaldi_dir
+from asrkit.bench.peers.data import librispeech_to_kaldi, normalize_kaldi_dir, prepare_lock
 from asrkit.bench.peers.equal import DEFAULT_CONFIG
 from asrkit.bench.peers.espnet_config import (
     batches_per_pass,
@@ -158,15 +158,17 @@ def _prepare(args, cfg, work: Path, res: dict) -> tuple[dict[str, dict[str, floa
     """The Kaldi dirs both sides read (WORK/data) and the step plan: utterance durations per set,
     ESPnet's epochs and iterations per epoch; the run's facts go into ``res``."""
     data = args.data
-    if args.layout == "librispeech":  # the parts of a LibriSpeech-layout corpus as Kaldi dirs first
-        for part in [args.train, args.dev, *args.sets]:
-            librispeech_to_kaldi(args.data / part, work / "src" / part)
-        data = work / "src"
     bases = [args.recipe.resolve(), args.data.resolve()]
     durs: dict[str, dict[str, float]] = {}
     every = max(1, round(1 / args.decode_fraction))
-    for part in [args.train, args.dev, *args.sets]:
-        durs[part] = normalize_kaldi_dir(data / part, work / "data" / part, bases, every if part in args.sets else 1)
+    with prepare_lock(work):
+        if args.layout == "librispeech":  # the parts of a LibriSpeech-layout corpus as Kaldi dirs first
+            for part in [args.train, args.dev, *args.sets]:
+                librispeech_to_kaldi(args.data / part, work / "src" / part)
+            data = work / "src"
+        for part in [args.train, args.dev, *args.sets]:
+            durs[part] = normalize_kaldi_dir(data / part, work / "data" / part, bases,
+                                             every if part in args.sets else 1)
     res["decode_every"] = every
     res["n_utts"] = {s: len(durs[s]) for s in args.sets}
     res["audio_s"] = {s: sum(durs[s].values()) for s in args.sets}

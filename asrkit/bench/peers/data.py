@@ -1,9 +1,16 @@
 """The Kaldi data dirs both toolkits read (absolute wav paths, segments cut into files)."""
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # (not on Windows: no lock there)
+    fcntl = None
 
 from asrkit.bench.peers.common import PeersError
 from asrkit.bench.peers.espnet_output import read_kaldi_text
@@ -23,12 +30,32 @@ def _resolve_audio(p: str, bases: list[Path], where: str) -> Path:
     raise PeersError(f"{where}: {p} is found relative to none of {', '.join(map(str, bases))}")
 
 
+def _stamp(src: Path, every: int) -> dict:
+    """What a normalized dir was made from: the source dir, the subset, and the size and
+    modification time of each of its files (a changed file makes the dir again)."""
+    files = {f: [(src / f).stat().st_size, (src / f).stat().st_mtime_ns]
+             for f in ("wav.scp", "text", "utt2spk", "segments") if (src / f).is_file()}
+    return {"src": str(src.resolve()), "every": every, "files": files}
+
+
+@contextlib.contextmanager
+def prepare_lock(work: Path):
+    """Held while WORK/data is written: two ``--only`` runs started together (one per side)
+    make it once; the second waits, then finds it made. ``flock``: released however the holder
+    ends."""
+    work.mkdir(parents=True, exist_ok=True)
+    with open(work / "data.lock", "w") as lock:
+        if fcntl is not None:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def normalize_kaldi_dir(src: Path, dst: Path, bases: list[Path], every: int = 1) -> dict[str, float]:
     """Copy Kaldi dir ``src`` to ``dst``: ``wav.scp`` with absolute paths (``segments`` cut into wav
     files under ``dst/wav``), ``text``, ``utt2spk``; returns utterance -> duration (seconds).
-    ``every`` > 1 keeps every ``every``-th utterance of ``text`` in sorted order (a fixed subset)."""
-    import soundfile as sf
-
+    ``every`` > 1 keeps every ``every``-th utterance of ``text`` in sorted order (a fixed subset).
+    A ``dst`` made before from the same files (its ``source.json``) is kept as it is, so a rerun
+    never rewrites a dir a running side reads."""
     for f in ("wav.scp", "text"):
         if not (src / f).is_file():
             raise PeersError(f"{src}/{f} missing: --data must hold Kaldi data dirs with wav.scp and text")
@@ -40,9 +67,22 @@ def normalize_kaldi_dir(src: Path, dst: Path, bases: list[Path], every: int = 1)
     if every > 1 and not (src / "segments").is_file():
         wav = {u: p for u, p in wav.items() if u in text}
     paths = {r: _resolve_audio(p, bases + [src] + list(src.parents)[:3], f"{src}/wav.scp {r}") for r, p in wav.items()}
-    tmp = dst.with_name(dst.name + ".tmp")
+    stamp = _stamp(src, every)
+    if (dst / "source.json").is_file() and (dst / "durations.json").is_file():
+        if json.loads((dst / "source.json").read_text()) == stamp:  # made from these files before:
+            return json.loads((dst / "durations.json").read_text())  # kept (a side may be reading it)
+    tmp = dst.with_name(f"{dst.name}.tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
+    try:
+        return _write_dir(src, dst, tmp, text, spk, paths, stamp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # (renamed to dst when it worked)
+
+
+def _write_dir(src: Path, dst: Path, tmp: Path, text: dict, spk: dict, paths: dict, stamp: dict) -> dict[str, float]:
+    import soundfile as sf
+
     dur: dict[str, float] = {}
     out_wav: dict[str, str] = {}
     if (src / "segments").is_file():
@@ -75,11 +115,10 @@ def normalize_kaldi_dir(src: Path, dst: Path, bases: list[Path], every: int = 1)
     (tmp / "text").write_text("".join(f"{u} {text[u]}\n" for u in ids))
     (tmp / "utt2spk").write_text("".join(f"{u} {spk.get(u, u)}\n" for u in ids))
     (tmp / "durations.json").write_text(json.dumps({u: dur[u] for u in ids}))
+    (tmp / "source.json").write_text(json.dumps(stamp))
     shutil.rmtree(dst, ignore_errors=True)
     tmp.rename(dst)
     return {u: dur[u] for u in ids}
-
-
 
 
 def librispeech_to_kaldi(part_dir: Path, dst: Path) -> Path:
@@ -102,7 +141,13 @@ def librispeech_to_kaldi(part_dir: Path, dst: Path) -> Path:
             wav[u], text[u] = str(audio.resolve()), words.strip()
     dst.mkdir(parents=True, exist_ok=True)
     ids = sorted(text)
-    (dst / "wav.scp").write_text("".join(f"{u} {wav[u]}\n" for u in ids))
-    (dst / "text").write_text("".join(f"{u} {text[u]}\n" for u in ids))
-    (dst / "utt2spk").write_text("".join(f"{u} {u.split('-')[0]}\n" for u in ids))
+    _write_if_changed(dst / "wav.scp", "".join(f"{u} {wav[u]}\n" for u in ids))
+    _write_if_changed(dst / "text", "".join(f"{u} {text[u]}\n" for u in ids))
+    _write_if_changed(dst / "utt2spk", "".join(f"{u} {u.split('-')[0]}\n" for u in ids))
     return dst
+
+
+def _write_if_changed(path: Path, text: str) -> None:
+    """Unchanged files keep their modification time (the stamp ``normalize_kaldi_dir`` checks)."""
+    if not path.is_file() or path.read_text() != text:
+        path.write_text(text)
