@@ -94,3 +94,9 @@ def test_bucketing_needs_two_buckets():
     with pytest.raises(ConfigError, match="data.num_buckets=1"):
         load_config(None, ["data.num_buckets=1"])
     load_config(None, ["data.num_buckets=1", "data.sampler=padfree"])  # not read by the padding-free sampler
+
+
+def test_bucket_order_is_checked_against_its_registry():
+    with pytest.raises(ConfigError, match="'data.bucket_order': invalid value 'sorted'; valid: shuffle, sort"):
+        load_config(None, ["data.bucket_order=sorted"])
+    assert load_config(None, ["data.bucket_order=sort"]).data.bucket_order == "sort"

@@ -11,6 +11,10 @@ import numpy as np
 #: out), repeat (repeat the first batches)
 END_RULES = ("pad", "drop", "repeat")
 
+#: data.bucket_order values: the order of a bucket's utterances before they are packed
+#: (BucketingSampler)
+BUCKET_ORDERS = ("shuffle", "sort")
+
 _EMPTY = np.zeros(0, dtype=np.int64)
 
 
@@ -107,16 +111,25 @@ class BucketingSampler(PlannedSampler):
     about the same total duration each (so padding within a batch stays small). Every epoch, from
     ``(seed, epoch)``: each bucket's utterances are shuffled and packed greedily into batches of at
     most ``max_duration`` seconds of audio (sum of durations, as Lhotse's samplers count; the last
-    partial batch of a bucket is kept), and the batches of all buckets are shuffled together."""
+    partial batch of a bucket is kept), and the batches of all buckets are shuffled together.
+
+    ``order="sort"`` packs each bucket's shuffled utterances in duration order instead (a stable
+    sort: equal durations stay in random order), as ESPnet's length batches do over the whole
+    corpus: a batch holds neighbouring durations, so it pads ~1 % instead of the 7-11 % of
+    random packing (speechocean762's and mini's training sets, 8-10 buckets), the same number
+    of batches; but a bucket's batches hold the same utterances every epoch (up to ties), only
+    their order changes."""
 
     def __init__(self, cuts, max_duration: float, num_buckets: int = 30, seed: int = 0, world_size: int = 1,
-                 rank: int = 0, end: str = "pad", shuffle: bool = True):
+                 rank: int = 0, end: str = "pad", shuffle: bool = True, order: str = "shuffle"):
         super().__init__(cuts, seed, world_size, rank, end)
+        if order not in BUCKET_ORDERS:
+            raise ValueError(f"BucketingSampler: order={order!r}, expected one of {', '.join(BUCKET_ORDERS)}")
         if max_duration is None or max_duration <= 0:
             raise ValueError(f"BucketingSampler: max_duration must be > 0 seconds, got {max_duration!r}")
         if len(self.table) == 0:
             raise ValueError("BucketingSampler: no utterances to sample from")
-        self.max_duration, self.shuffle = float(max_duration), shuffle
+        self.max_duration, self.shuffle, self.order = float(max_duration), shuffle, order
         d = self.table.durations
         # no bucket smaller than a batch: a bucket holding less than max_duration of audio would give
         # undersized batches every epoch (a small corpus, or many equal durations split apart)
@@ -133,8 +146,11 @@ class BucketingSampler(PlannedSampler):
         rng = np.random.default_rng(stable_seed("bucketing", self.seed, epoch))
         dur = self.table.durations.tolist()
         batches: list[np.ndarray] = []
+        d = self.table.durations
         for members in self.buckets:
             order = rng.permutation(members) if self.shuffle else members
+            if self.order == "sort":
+                order = order[np.argsort(d[order], kind="stable")]
             _pack(order.tolist(), dur, self.max_duration, batches)
         if self.shuffle:
             batches = [batches[j] for j in rng.permutation(len(batches))]

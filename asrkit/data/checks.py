@@ -1,7 +1,7 @@
 """Config checks of what the data layer reads: ``features``, ``specaug``, ``tokens``, ``data``."""
 from __future__ import annotations
 
-from asrkit.data.sampling import SAMPLERS
+from asrkit.data.sampling import BUCKET_ORDERS, SAMPLERS
 from asrkit.schema import ConfigError
 from asrkit.tokenizer import TOKENIZER_KINDS
 
@@ -21,6 +21,7 @@ def validate_data_config(cfg) -> None:
     f, d = cfg.features, cfg.data
     _choice("tokens.kind", cfg.tokens.kind, TOKENIZER_KINDS)
     _choice("data.sampler", d.sampler, SAMPLERS)
+    _choice("data.bucket_order", d.bucket_order, BUCKET_ORDERS)
     _choice("data.on_bad_audio", d.on_bad_audio, ON_BAD_AUDIO)
     _choice("data.features", d.features, FEATURE_SOURCES)
     if d.features == "stored" and d.sampler == "padfree":

@@ -24,12 +24,12 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from asrkit.data.batching import END_RULES, BucketingSampler, PlannedSampler
+from asrkit.data.batching import BUCKET_ORDERS, END_RULES, BucketingSampler, PlannedSampler
 
 #: data.sampler values
 SAMPLERS = ("bucketing", "padfree")
 
-__all__ = ["SAMPLERS", "END_RULES", "BucketingSampler", "PlannedSampler", "ResumableSampler", "make_sampler"]
+__all__ = ["SAMPLERS", "BUCKET_ORDERS", "END_RULES", "BucketingSampler", "PlannedSampler", "ResumableSampler", "make_sampler"]
 
 
 def make_sampler(cuts, data_cfg, train: bool, seed: int = 0, world_size: int = 1, rank: int = 0):
@@ -47,7 +47,8 @@ def make_sampler(cuts, data_cfg, train: bool, seed: int = 0, world_size: int = 1
             return PadFreeSampler(cuts, max_duration=data_cfg.max_duration, seed=seed, world_size=world_size,
                                   rank=rank, end="pad")
         return BucketingSampler(cuts, max_duration=data_cfg.max_duration, num_buckets=data_cfg.num_buckets,
-                                seed=seed, world_size=world_size, rank=rank, end="pad")
+                                seed=seed, world_size=world_size, rank=rank, end="pad",
+                                order=data_cfg.bucket_order)
     from lhotse.dataset import SimpleCutSampler
 
     return SimpleCutSampler(cuts, max_duration=data_cfg.max_duration, shuffle=False, seed=seed,
