@@ -355,8 +355,9 @@ def test_padding_fractions_and_hop_histogram(tmp_path):
     res = padding_fractions(cuts, max_duration=80.0, seed=0)
     assert res["padfree"]["padding_fraction"] == 0.0 and res["padfree"]["utterances"] == 300
     assert res["padfree"]["frames_vs_10ms"] == pytest.approx(1.0, abs=0.02)
-    for k in ("lhotse_bucketing_default", "asrkit_bucketing", "simple_shuffled"):
+    for k in ("lhotse_bucketing_default", "asrkit_bucketing", "asrkit_bucketing_sort", "simple_shuffled"):
         assert 0.0 < res[k]["padding_fraction"] < 1.0
+    assert res["asrkit_bucketing_sort"]["padding_fraction"] < res["asrkit_bucketing"]["padding_fraction"]
     assert res["simple_shuffled"]["padding_fraction"] > res["lhotse_bucketing_default"]["padding_fraction"]
     hops = epoch_hops(cuts, 80.0, seed=0)
     assert len(hops) == 300

@@ -339,6 +339,9 @@ def test_equal_bench_samplers_and_padding():
     assert all(len(b[:-1]) * max(b[:-1]) <= 100.0 for b in lb if len(b) > 1)
     bb = bucketing_batches(d, 100.0, 8)
     assert sorted(x for b in bb for x in b) == sorted(d)
+    bs = bucketing_batches(d, 100.0, 8, order="sort")
+    assert sorted(x for b in bs for x in b) == sorted(d)
+    assert padding_stats(bs)["padding_share"] < padding_stats(bb)["padding_share"]
     s = padding_stats([[1.0, 0.5], [2.0]])
     assert s["padded_frames_per_step"] == pytest.approx(200.0) and s["padding_share"] == pytest.approx(0.125)
 

@@ -136,7 +136,8 @@ def padding_fractions(cuts, max_duration: float, seed: int = 0, hop: float = 0.0
 
     Keys: ``padfree`` (:class:`PadFreeSampler`), ``lhotse_bucketing_default`` (Lhotse
     ``DynamicBucketingSampler`` with its default settings, shuffled), ``asrkit_bucketing``
-    (:class:`asrkit.data.batching.BucketingSampler`, what ``data.sampler: bucketing`` trains with), ``simple_shuffled`` (Lhotse
+    (:class:`asrkit.data.batching.BucketingSampler`, what ``data.sampler: bucketing`` trains with),
+    ``asrkit_bucketing_sort`` (the same with ``data.bucket_order: sort``), ``simple_shuffled`` (Lhotse
     ``SimpleCutSampler``, shuffled)."""
     from lhotse.dataset import DynamicBucketingSampler, SimpleCutSampler
 
@@ -163,6 +164,8 @@ def padding_fractions(cuts, max_duration: float, seed: int = 0, hop: float = 0.0
         samplers = {
             "lhotse_bucketing_default": DynamicBucketingSampler(cuts, max_duration=max_duration, shuffle=True, seed=seed),
             "asrkit_bucketing": BucketingSampler(cuts, max_duration=max_duration, num_buckets=num_buckets, seed=seed),
+            "asrkit_bucketing_sort": BucketingSampler(cuts, max_duration=max_duration, num_buckets=num_buckets,
+                                                      seed=seed, order="sort"),
             "simple_shuffled": SimpleCutSampler(cuts, max_duration=max_duration, shuffle=True, seed=seed),
         }
     for name, s in samplers.items():
@@ -175,6 +178,7 @@ def format_padding_table(res: dict[str, dict], where: str, max_duration: float) 
     names = {"padfree": "padding-free (PadFreeSampler + variable hop)",
              "lhotse_bucketing_default": "Lhotse DynamicBucketingSampler, defaults (10 buckets), shuffled",
              "asrkit_bucketing": "asrkit's BucketingSampler (data.sampler: bucketing, 30 buckets), shuffled",
+             "asrkit_bucketing_sort": "asrkit's BucketingSampler, 30 buckets, data.bucket_order: sort",
              "simple_shuffled": "Lhotse SimpleCutSampler, shuffled"}
     lines = [f"Padding in one epoch: {where}; max_duration {max_duration:g} s per batch; frames at a 10 ms hop.", "",
              "| sampler | batches | utts/batch | computed frames | padding frames | padding % |",

@@ -62,14 +62,15 @@ def length_batches(durations: list[float], max_duration: float) -> list[list[flo
     return out + ([cur] if cur else [])
 
 
-def bucketing_batches(durations: list[float], max_duration: float, num_buckets: int, seed: int = 0) -> list[list[float]]:
+def bucketing_batches(durations: list[float], max_duration: float, num_buckets: int, seed: int = 0,
+                      order: str = "shuffle") -> list[list[float]]:
     """asrkit's BucketingSampler's batches of epoch 0 (durations only)."""
     from asrkit.data.batching import BucketingSampler
     from asrkit.data.cut_index import CutTable
 
     d = np.asarray(durations, dtype=np.float64)
     table = CutTable([], d, np.round(d * 16000).astype(np.int64), np.full(len(d), 16000))
-    return [[float(d[i]) for i in b] for b in BucketingSampler(table, max_duration, num_buckets, seed).all_batches(0)]
+    return [[float(d[i]) for i in b] for b in BucketingSampler(table, max_duration, num_buckets, seed, order=order).all_batches(0)]
 
 
 def padding_stats(batches: list[list[float]]) -> dict:
@@ -192,8 +193,9 @@ def equal_bench(cfg, config_path: Path, durations: list[float], *, steps: int, w
     out: dict[str, Any] = {"spec": {k: v for k, v in spec.items() if k not in ("batches", "decode_batches")},
                            "rounds": runs, "audio_per_step": mean_audio, "decode_audio_s": dec_audio,
                            "samplers": {"espnet_length": padding_stats(batches_s),
-                                        "asrkit_bucketing": padding_stats(bucketing_batches(
-                                            durations, cfg.data.max_duration, cfg.data.num_buckets))}}
+                                        **{f"asrkit_bucketing_{o}": padding_stats(bucketing_batches(
+                                            durations, cfg.data.max_duration, cfg.data.num_buckets, order=o))
+                                           for o in ("shuffle", "sort")}}}
     for side, rs in runs.items():
         step = statistics.median(x for r in rs for x in r["step_s"])
         out[side] = {"params": rs[0]["params"], "step_s": step, "steps_per_s": 1 / step,
@@ -239,7 +241,11 @@ def format_equal(res: dict, cpu: str, threads: int, command: str) -> str:
     L += [f"Same batches on both sides: {res['audio_per_step']:.1f} s of audio per step. Padding of the two samplers "
           "on these durations (10 ms frames per step):", "",
           "| sampler | batches | real frames/step | padded frames/step | padded share |", "|---|---:|---:|---:|---:|"]
-    for name, label in (("espnet_length", "ESPnet length (timed here)"), ("asrkit_bucketing", "asrkit bucketing")):
+    for name, label in (("espnet_length", "ESPnet length (timed here)"),
+                        ("asrkit_bucketing_shuffle", "asrkit bucketing (data.bucket_order=shuffle, the default)"),
+                        ("asrkit_bucketing_sort", "asrkit bucketing (data.bucket_order=sort)")):
+        if name not in s:  # (a result saved before the sort row existed)
+            continue
         x = s[name]
         L.append(f"| {label} | {x['batches']} | {x['real_frames_per_step']:.0f} | {x['padded_frames_per_step']:.0f} | "
                  f"{100 * x['padding_share']:.1f} % |")

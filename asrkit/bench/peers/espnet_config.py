@@ -168,9 +168,11 @@ def espnet_config(cfg, *, epochs: int, iters_per_epoch: int, typical_frames: int
         "tools/peers/espnet/run.py --flush-denormal true for ESPnet's training and decoding)",
         "features: asrkit Kaldi-compatible fbank (Lhotse, povey window); ESPnet's default frontend (STFT, hann "
         f"window, n_fft {conf['frontend_conf']['n_fft']}, log-mel): same {f.n_mels} mels, 25 ms / 10 ms",
-        "batches: asrkit's BucketingSampler (duration buckets), at most data.max_duration seconds per batch; ESPnet "
-        "batch_type length with batch_bins = max_duration x 16000 (samples, padded, + letters), the batch that "
-        "crosses the limit included",
+        f"batches: asrkit's BucketingSampler ({cfg.data.num_buckets} duration buckets, utterances packed in "
+        + ("duration order, data.bucket_order=sort: the same batches every epoch up to ties" if cfg.data.bucket_order == "sort"
+           else "random order: pads more than ESPnet, favours ESPnet's speed; data.bucket_order=sort removes it")
+        + "), at most data.max_duration seconds per batch; ESPnet batch_type length (sorted durations) with "
+        "batch_bins = max_duration x 16000 (samples, padded, + letters), the batch that crosses the limit included",
         "tokens: asrkit letters a-z, ' and a word boundary (lower-cased); ESPnet char tokens of the transcripts "
         "as written, <space> for the word boundary",
     ]
