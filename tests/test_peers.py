@@ -451,3 +451,46 @@ def test_seed_study_table_groups_each_sides_seeds_and_tests_them_by_speaker(tmp_
                                "espnet_version": "202511", "cpu": "a CPU", "threads": 2, "date": "today"})
     assert "2 seed(s) a side (1, 2), 1200 optimizer steps each" in text
     assert "ESPnet decodes `latest.pth`" in text and "- a difference" in text
+
+
+def test_init_from_takes_each_sides_model_of_the_same_seed(tmp_path):
+    """--init-from STUDY: seed N of this study starts asrkit from STUDY/exps/asrkit_seedN and ESPnet
+    from the checkpoint its side decoded, with its token list; a seed not finished there is an
+    error naming what is missing and the command that makes it."""
+    from asrkit.bench.peers.cli import init_models
+
+    study = tmp_path / "mini"
+    with pytest.raises(peers.PeersError, match=r"seed 2 has not finished on both sides.*--seeds 2 first"):
+        init_models(study, 2)
+    (study / "exps" / "asrkit_seed2").mkdir(parents=True)
+    (study / "exps" / "asrkit_seed2" / "train_info.json").write_text("{}")
+    e = study / "espnet_seed2"
+    (e / "exp").mkdir(parents=True)
+    (e / "result.json").write_text(json.dumps({"run": {}, "result": {"model": "latest.pth"}}))
+    with pytest.raises(peers.PeersError, match="latest.pth is missing"):
+        init_models(study, 2)
+    (e / "exp" / "latest.pth").write_bytes(b"x")
+    (e / "tokens").mkdir()
+    (e / "tokens" / "tokens.txt").write_text("<blank>\n<unk>\nA\n<sos/eos>\n")
+    got = init_models(study, 2)
+    assert got == {"asrkit": (study / "exps" / "asrkit_seed2").resolve(),
+                   "espnet": ((e / "exp" / "latest.pth").resolve(), (e / "tokens" / "tokens.txt").resolve())}
+
+
+def test_espnet_runner_keeps_a_given_token_list(tmp_path):
+    """run.py tokens --token-list: the pretrained model's list as it is (no ESPnet needed)."""
+    import subprocess
+    import sys
+
+    d = tmp_path / "data" / "train"
+    d.mkdir(parents=True)
+    (d / "wav.scp").write_text("u /x.wav\n")
+    (d / "text").write_text("u HELLO\n")
+    lst = tmp_path / "tokens.txt"
+    lst.write_text("<blank>\n<unk>\nZ\n<sos/eos>\n")
+    cmd = [sys.executable, str(peers.REPO / "tools/peers/espnet/run.py"), "tokens", "--work", str(tmp_path / "w"),
+           "--data", str(tmp_path / "data"), "--config", str(lst)]
+    subprocess.run([*cmd, "--token-list", str(lst)], check=True)
+    assert (tmp_path / "w" / "tokens" / "tokens.txt").read_text() == lst.read_text()
+    p = subprocess.run([*cmd, "--token-list", str(tmp_path / "none.txt")], capture_output=True, text=True)
+    assert p.returncode != 0 and "--token-list" in p.stderr and "none.txt does not exist" in p.stderr

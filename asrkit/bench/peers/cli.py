@@ -68,6 +68,10 @@ def main(argv: list[str]) -> int:
                         "WORK/exps/asrkit_seedN, WORK/exps/espnet_seedN); a side that finished is kept, one that "
                         "stopped continues from its checkpoints; the table: asrkit compare over the seeds with "
                         "speaker blocks, ESPnet the baseline")
+    p.add_argument("--init-from", type=Path,
+                   help="with --seeds: each side of seed N starts from its own model of seed N of the study in this "
+                        "WORK dir (e.g. the mini study's, for speechocean762): asrkit train.init_from=its experiment, "
+                        "ESPnet --init_param its decoded checkpoint with its token list")
     p.add_argument("--relpos-T", type=int, default=1000, help="frames of the relpos micro-benchmark (default: %(default)s)")
     p.add_argument("--relpos-d", type=int, default=0, help="model width (default: the config's encoder.d_model)")
     p.add_argument("--relpos-heads", type=int, default=4, help="attention heads of the relpos micro-benchmark (default: %(default)s)")
@@ -86,6 +90,8 @@ def main(argv: list[str]) -> int:
         if not args.config.is_file():
             raise PeersError(f"config {args.config} does not exist (the recipe {args.recipe} is not there?); "
                              "give --config and --data")
+        if args.init_from is not None and not args.seeds:
+            raise PeersError("--init-from starts each seed's sides from another study's models: give --seeds too")
         if args.durations is not None and not args.durations.is_file():
             raise PeersError(f"--durations {args.durations} does not exist (JSON utterance -> seconds, as "
                              "WORK/data/<set>/durations.json)")
@@ -190,7 +196,8 @@ def _main_seeds(args, cfg, env: dict, work: Path, res: dict) -> int:
         durs, epochs, iters = _prepare(args, cfg, work, res)
         typical = round(100 * statistics.median(durs[args.train].values()))
         for seed in args.seeds:
-            over = [*args.asrkit_args, f"train.seed={seed}"]
+            init = init_models(args.init_from, seed) if args.init_from and args.only != "table" else None
+            over = [*args.asrkit_args, f"train.seed={seed}", *([f"train.init_from={init['asrkit']}"] if init else [])]
             cfg_s = load_config(args.config, over)
             for side in ("asrkit", "espnet"):
                 if args.only == "table" or args.only in ("asrkit", "espnet") and side != args.only:
@@ -203,7 +210,8 @@ def _main_seeds(args, cfg, env: dict, work: Path, res: dict) -> int:
                 if side == "asrkit":
                     r = run_asrkit(args, args.config, res["steps"], work, env, tag=tag, overrides=over, resume=True)
                 else:
-                    r = run_espnet(args, cfg_s, epochs, iters, work, env, typical, tag=tag, resume=True)
+                    r = run_espnet(args, cfg_s, epochs, iters, work, env, typical, tag=tag, resume=True,
+                                   init=init["espnet"] if init else None)
                 _save(done, r, res)
         seeds = [s for s in args.seeds
                  if all((work / f"{side}_seed{s}" / "result.json").is_file() for side in ("asrkit", "espnet"))]
@@ -231,6 +239,23 @@ def _main_seeds(args, cfg, env: dict, work: Path, res: dict) -> int:
         with atomic_write(args.out) as f:
             f.write(text)
     return 0
+
+
+def init_models(study: Path, seed: int) -> dict:
+    """The models of seed ``seed`` of the study in ``study`` (a --seeds WORK dir) that each side of
+    this study starts from: asrkit's experiment dir; ESPnet's decoded checkpoint and token list."""
+    study = study.resolve()
+    doc = study / f"espnet_seed{seed}" / "result.json"
+    exp = study / "exps" / f"asrkit_seed{seed}"
+    if not doc.is_file() or not (exp / "train_info.json").is_file():
+        raise PeersError(f"--init-from {study}: seed {seed} has not finished on both sides there "
+                         f"({exp}/train_info.json, {doc}); run that study's --seeds {seed} first")
+    model = study / f"espnet_seed{seed}" / "exp" / json.loads(doc.read_text())["result"]["model"]
+    tokens = study / f"espnet_seed{seed}" / "tokens" / "tokens.txt"
+    for f in (model, tokens):
+        if not f.is_file():
+            raise PeersError(f"--init-from {study}: {f} is missing (ESPnet's side of seed {seed} was moved or cleaned)")
+    return {"asrkit": exp, "espnet": (model, tokens)}
 
 
 def _save(path: Path, result: dict, res: dict) -> None:

@@ -119,10 +119,11 @@ def espnet_model_file(cfg) -> str:
 
 
 def run_espnet(a, cfg, steps_e: int, iters: int, work: Path, env: dict, typical_frames: int, tag: str = "espnet",
-               resume: bool = False) -> dict:
+               resume: bool = False, init: tuple[Path, Path] | None = None) -> dict:
     """ESPnet's side (tools/peers/espnet/run.py in its venv): tokens, collect_stats, train, greedy
     CTC decoding of every test set, scored by asrkit's scorer in ``work/exps/<tag>``. ``resume``:
-    continue from ESPnet's last epoch checkpoint."""
+    continue from ESPnet's last epoch checkpoint. ``init``: (model file, its token list): start
+    from that model, its token list kept (its output layer fits)."""
     py = str(REPO / a.espnet_venv / "bin" / "python")
     w = work / tag
     model = espnet_model_file(cfg)
@@ -140,10 +141,14 @@ def run_espnet(a, cfg, steps_e: int, iters: int, work: Path, env: dict, typical_
     if not resume:
         shutil.rmtree(w / "exp", ignore_errors=True)
     shutil.rmtree(w / "decode", ignore_errors=True)
-    out["tokens"] = measured([*base, "tokens", *common], w / "logs" / "run_tokens.log", env, "espnet tokens")
+    out["tokens"] = measured([*base, "tokens", *common, *(["--token-list", str(init[1])] if init else [])],
+                             w / "logs" / "run_tokens.log", env, "espnet tokens")
     out["stats"] = measured([*base, "stats", *common], w / "logs" / "run_stats.log", env, "espnet collect_stats")
-    out["train"] = measured([*base, "train", *common, "--resume", "true" if resume else "false"],
+    out["train"] = measured([*base, "train", *common, "--resume", "true" if resume else "false",
+                             *(["--init-param", str(init[0])] if init else [])],
                             w / "logs" / "run_train.log", env, "espnet train")
+    if init:
+        out["init"] = [str(x) for x in init]
     out["model"] = model
     train_log = w / "logs" / "train.log"
     text = train_log.read_text(errors="replace")

@@ -11,11 +11,13 @@ Run it with the ESPnet venv's python (tools/peers/espnet/setup.sh):
 STAGE (each a separate command, so a caller can time and measure each one):
 
 * ``tokens``: character token list of the training text (``espnet2.bin.tokenize_text --token_type
-  char --write_vocabulary true`` with ``<blank>``, ``<unk>``, ``<sos/eos>``), as asr.sh stage 5.
+  char --write_vocabulary true`` with ``<blank>``, ``<unk>``, ``<sos/eos>``), as asr.sh stage 5;
+  ``--token-list FILE``: that list instead (a pretrained model's, so that its output layer fits).
 * ``stats``: ``espnet2.bin.asr_train --collect_stats true`` on train and dev (one job), then
   ``espnet2.bin.aggregate_stats_dirs`` and the ``text_shape.char`` files, as asr.sh stages 10-11.
 * ``train``: ``espnet2.bin.asr_train`` with the config (asr.sh stage 11); ``--seed N`` overrides the
-  config's seed, ``--resume true`` continues from ``W/exp/checkpoint.pth`` (the end of the last epoch).
+  config's seed, ``--resume true`` continues from ``W/exp/checkpoint.pth`` (the end of the last epoch),
+  ``--init-param FILE`` starts from a pretrained model's weights (asr_train's ``--init_param``).
 * ``decode``: every test set, one process each, batch 1, ``--model`` (default ``valid.loss.ave.pth``,
   the average the trainer writes). ``--search greedy`` (default): CTC best path through ESPnet's
   Python inference API: ``espnet2.bin.asr_inference.Speech2Text`` loads the model, ASRTask's
@@ -85,6 +87,13 @@ def check_dir(d: Path) -> None:
 def tokens(a) -> None:
     train = a.data / a.train
     check_dir(train)
+    if a.token_list is not None:  # a pretrained model's list, as it is
+        if not a.token_list.is_file():
+            sys.exit(f"[espnet run.py] --token-list {a.token_list} does not exist")
+        out = a.work / "tokens" / "tokens.txt"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(a.token_list.read_text())
+        return
     texts = a.work / "tokens" / "train_text"
     texts.parent.mkdir(parents=True, exist_ok=True)
     with open(train / "text") as f, open(texts, "w") as g:
@@ -124,6 +133,9 @@ def train(a) -> None:
     train, dev = a.data / a.train, a.data / a.dev
     st = a.work / "stats"
     seed = [] if a.seed is None else ["--seed", str(a.seed)]
+    if a.init_param is not None and not a.init_param.is_file():
+        sys.exit(f"[espnet run.py] --init-param {a.init_param} does not exist")
+    seed += [] if a.init_param is None else ["--init_param", str(a.init_param)]
     run([*module(a, "espnet2.bin.asr_train"), *common(a), *seed, *data_args("train", train), *data_args("valid", dev),
          "--train_shape_file", str(st / "train" / "speech_shape"), "--train_shape_file", str(st / "train" / "text_shape.char"),
          "--valid_shape_file", str(st / "valid" / "speech_shape"), "--valid_shape_file", str(st / "valid" / "text_shape.char"),
@@ -201,6 +213,8 @@ def main() -> None:
     p.add_argument("--seed", type=int, help="random seed of training (default: the config's)")
     p.add_argument("--resume", choices=["true", "false"], default="false",
                    help="train: continue from WORK/exp/checkpoint.pth (ESPnet writes it after every epoch)")
+    p.add_argument("--token-list", type=Path, help="tokens: use this token list (a pretrained model's) as it is")
+    p.add_argument("--init-param", type=Path, help="train: start from this model's weights (asr_train --init_param)")
     p.add_argument("--flush-denormal", choices=["true", "false"], default="true",
                    help="torch.set_flush_denormal(True) in ESPnet's training and decoding processes (asrkit's set it)")
     p.add_argument("--search", choices=["greedy", "beam"], default="greedy",
