@@ -103,7 +103,7 @@ def test_package_carries_the_decoding_graph(tmp_path, speech, monkeypatch):
 # ------------------------------------------------------------------------------------- ONNX
 EXPORTABLE = {
     "sinpos": [], "nopos": [], "abspos": [], "cape": [], "shape": [], "cpe": [], "concat_sin": [],
-    "relpos": [], "relpos_first": [], "rope": [], "alibi": [],
+    "relpos": [], "relpos_first": [], "rope": [], "alibi": [], "relpos_xl": [],
     # a 0.3 s context (10 frames): most lags are beyond it, clipped to the edge row or zero
     "relpos+clip": ["encoder.pos_enc=relpos", "encoder.pos.context_s=0.3"],
     "relpos+zero": ["encoder.pos_enc=relpos", "encoder.pos.context_s=0.3", "encoder.pos.beyond=zero"],

@@ -494,3 +494,52 @@ def test_espnet_runner_keeps_a_given_token_list(tmp_path):
     assert (tmp_path / "w" / "tokens" / "tokens.txt").read_text() == lst.read_text()
     p = subprocess.run([*cmd, "--token-list", str(tmp_path / "none.txt")], capture_output=True, text=True)
     assert p.returncode != 0 and "--token-list" in p.stderr and "none.txt does not exist" in p.stderr
+
+
+ENC_XL_FIX = Path(__file__).parent / "fixtures" / "espnet_encoder_relpos_xl"
+
+
+def test_espnet_relpos_weights_give_espnets_encoder_output_in_asrkit():
+    """ESPnet 202511's ConformerEncoder reduced to Transformer layers with Transformer-XL relative
+    positions (rel_pos / rel_selfattn, latest; no macaron, no convolution module; fixture from
+    tools/peers/espnet/encoder_fixture.py --encoder relpos_xl) and asrkit's model with
+    encoder.pos_enc=relpos_xl and ESPnet's weights: the same encoder output and CTC log-probabilities
+    for the longer utterance, ESPnet's output for the shorter one alone."""
+    import torch
+
+    from asrkit.bench.peers.espnet_weights import load_espnet_weights
+
+    z = np.load(ENC_XL_FIX / "encoder.npz")
+    meta = json.loads((ENC_XL_FIX / "meta.json").read_text())
+    params = {k[len("param/"):]: z[k] for k in z.files if k.startswith("param/")}
+    assert meta["encoder"] == "relpos_xl" and meta["out_lens"] == [37, 26]
+    model = _equal_model(meta, ["encoder.pos_enc=relpos_xl", "encoder.pos={}"])
+    load_espnet_weights(model, params)
+    for m in model.modules():  # ESPnet's LayerNorm eps (the one numeric difference, measured above)
+        if isinstance(m, torch.nn.LayerNorm):
+            m.eps = 1e-12
+    enc = _asrkit_encode(model, z)
+    assert enc.lengths.tolist() == [37, 24]
+    np.testing.assert_allclose(enc.hidden[0].numpy(), z["hidden"][0], atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(enc.log_probs[0].numpy(), z["ctc_log_probs"][0], atol=1e-4, rtol=1e-4)
+    np.testing.assert_allclose(enc.hidden[1, :24].numpy(), z["hidden_second_alone"][0], atol=1e-5, rtol=1e-5)
+    # the position term matters: without the lag sinusoids' projection the output is not ESPnet's
+    with torch.no_grad():
+        for proj in model.encoder.pos.proj:
+            proj.weight.zero_()
+    assert np.abs(_asrkit_encode(model, z).hidden[0].numpy() - z["hidden"][0]).max() > 1e-2
+
+
+def test_espnet_config_of_relpos_xl_is_espnets_conformer_without_its_conformer_parts():
+    """encoder.pos_enc=relpos_xl: ESPnet's conformer encoder with rel_pos / rel_selfattn (latest),
+    no macaron feed-forward, no convolution module, asrkit's activation: the model of the fixture
+    above; the difference list names the encoding as the same."""
+    cfg = load_config(EQUAL_CONF, ["encoder.pos_enc=relpos_xl", "encoder.pos={}"])
+    conf, diffs = peers.espnet_config(cfg, epochs=3, iters_per_epoch=100)
+    assert conf["encoder"] == "conformer"
+    e = conf["encoder_conf"]
+    assert (e["macaron_style"], e["use_cnn_module"], e["rel_pos_type"], e["pos_enc_layer_type"],
+            e["selfattention_layer_type"], e["activation_type"]) == (False, False, "latest", "rel_pos", "rel_selfattn", "relu")
+    assert any(d.startswith("positional encoding: the same, Transformer-XL") for d in diffs)
+    conf, diffs = peers.espnet_config(load_config(EQUAL_CONF, []), epochs=3, iters_per_epoch=100)
+    assert conf["encoder"] == "transformer"

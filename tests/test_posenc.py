@@ -74,7 +74,7 @@ ALL = list(POS_ENCODINGS)
 
 def test_registry_has_every_encoding():
     assert set(ALL) == {"nopos", "sinpos", "abspos", "relpos", "relpos_first", "cape", "shape", "cpe",
-                        "spe_sine", "spe_conv", "concat_sin", "rope", "alibi"}
+                        "spe_sine", "spe_conv", "concat_sin", "rope", "alibi", "relpos_xl"}
     for name, cls in POS_ENCODINGS.items():
         assert cls.name == name and dataclasses.is_dataclass(cls.Options)
         cls.Options()  # every option has a default

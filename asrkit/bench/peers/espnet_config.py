@@ -139,6 +139,14 @@ def espnet_config(cfg, *, epochs: int, iters_per_epoch: int, typical_frames: int
                      and getattr(fe, "padding", "half") == "none")
     same_pos = (e.pos_enc == "sinpos" and pos.get("scale_input") and pos.get("interleaved")
                 and abs(float(pos.get("omega0", 30.0)) * f.hop * fe.stride - 1.0) < 1e-6)
+    same_xl = (e.pos_enc == "relpos_xl" and pos.get("scale_input", True)
+               and abs(float(pos.get("frame_step", f.hop * fe.stride)) - f.hop * fe.stride) < 1e-9
+               and e.activation in ("relu", "swish"))
+    if same_xl:  # ESPnet's Conformer encoder reduced to Transformer layers with its relative positions
+        conf["encoder"] = "conformer"
+        conf["encoder_conf"] |= {"macaron_style": False, "use_cnn_module": False, "rel_pos_type": "latest",
+                                 "pos_enc_layer_type": "rel_pos", "selfattention_layer_type": "rel_selfattn",
+                                 "activation_type": e.activation}
     if same_frontend:
         diffs.append("frontend: the same (ESPnet's conv2d subsampling: 3x3 stride 2 twice, no padding, "
                      f"{e.d_model} channels, then Linear); ESPnet's padded batches give a shorter utterance up to 2 "
@@ -155,8 +163,12 @@ def espnet_config(cfg, *, epochs: int, iters_per_epoch: int, typical_frames: int
         diffs.append(f"frontend stride {fe.stride}: ESPnet's conv2d subsampling has stride 4")
     diffs.append("positional encoding: the same (x sqrt(d) + the sinusoid of the frame index, sin / cos interleaved)"
                  if same_pos else
+                 "positional encoding: the same, Transformer-XL's relative positions (asrkit relpos_xl; ESPnet's "
+                 "conformer encoder with rel_pos / rel_selfattn, rel_pos_type latest, no macaron feed-forward, no "
+                 "convolution module: Transformer layers)" if same_xl else
                  f"positional encoding: asrkit encoder.pos_enc={e.pos_enc}; ESPnet's Transformer encoder with conv2d "
                  "input always adds its sinusoidal absolute encoding (x sqrt(d)) after the subsampling")
+    same_pos = same_pos or same_xl
     pos_drop = float(pos.get("dropout", 0.0)) if same_pos else None
     diffs += [
         (f"dropout: ESPnet's positional dropout {e.dropout:g}, asrkit's encoder.pos.dropout {pos_drop:g} and "

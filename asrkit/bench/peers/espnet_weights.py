@@ -7,7 +7,12 @@ frontend with ``padding: none`` and ``channels = d_model``, ``sinpos`` with ``sc
 layout is the attention's input projection, three Linears (q, k, v) in ESPnet and one fused
 Linear in asrkit (their rows stacked q, k, v). ``tests/test_peers.py`` loads ESPnet's weights
 (tests/fixtures/espnet_encoder) into asrkit's model and compares the encoder outputs; the speed
-benchmark starts both sides from the same weights this way.
+benchmark starts both sides from the same weights this way. ESPnet's ``ConformerEncoder`` with
+Transformer-XL relative positions and neither macaron feed-forward nor convolution module
+(``rel_pos`` / ``rel_selfattn``, ``rel_pos_type: latest``) maps onto the same model with
+``encoder.pos_enc: relpos_xl``: its layer norms are named ``norm_mha`` / ``norm_ff``, and its
+per-layer ``linear_pos``, ``pos_bias_u`` and ``pos_bias_v`` are the encoding's
+(tests/fixtures/espnet_encoder_relpos_xl).
 """
 from __future__ import annotations
 
@@ -26,10 +31,16 @@ _RENAMES = [
     (r"encoder\.encoders\.(\d+)\.feed_forward\.w_1\.(weight|bias)", r"encoder.layers.\1.ffn.0.\2"),
     (r"encoder\.encoders\.(\d+)\.feed_forward\.w_2\.(weight|bias)", r"encoder.layers.\1.ffn.3.\2"),
     (r"encoder\.encoders\.(\d+)\.norm([12])\.(weight|bias)", r"encoder.layers.\1.norm\2.\3"),
+    # ESPnet's Conformer layer without macaron and convolution module (relpos_xl): the same layer
+    (r"encoder\.encoders\.(\d+)\.norm_mha\.(weight|bias)", r"encoder.layers.\1.norm1.\2"),
+    (r"encoder\.encoders\.(\d+)\.norm_ff\.(weight|bias)", r"encoder.layers.\1.norm2.\2"),
+    (r"encoder\.encoders\.(\d+)\.self_attn\.linear_pos\.weight", r"encoder.pos.proj.\1.weight"),
     (r"encoder\.after_norm\.(weight|bias)", r"encoder.final_norm.\1"),
     (r"ctc\.ctc_lo\.(weight|bias)", r"ctc_head.\1"),
 ]
 _QKV = re.compile(r"encoder\.encoders\.(\d+)\.self_attn\.linear_([qkv])\.(weight|bias)")
+#: Transformer-XL's per-layer u and v (ESPnet's pos_bias_u / _v), stacked over layers in asrkit's relpos_xl
+_UV = re.compile(r"encoder\.encoders\.(\d+)\.self_attn\.pos_bias_([uv])")
 
 
 def espnet_to_asrkit(params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -38,10 +49,15 @@ def espnet_to_asrkit(params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     used exactly once; raises :class:`PeersError` naming one that is not (e.g. a Conformer's)."""
     out: dict[str, np.ndarray] = {}
     qkv: dict[tuple[str, str], dict[str, np.ndarray]] = {}
+    uv: dict[str, dict[int, np.ndarray]] = {}
     for name, value in params.items():
         m = _QKV.fullmatch(name)
         if m:
             qkv.setdefault((m.group(1), m.group(3)), {})[m.group(2)] = np.asarray(value)
+            continue
+        m = _UV.fullmatch(name)
+        if m:
+            uv.setdefault(m.group(2), {})[int(m.group(1))] = np.asarray(value)
             continue
         for pat, rep in _RENAMES:
             if re.fullmatch(pat, name):
@@ -54,6 +70,10 @@ def espnet_to_asrkit(params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         if set(parts) != {"q", "k", "v"}:
             raise PeersError(f"ESPnet layer {layer}: self_attn linear_q/k/v {kind} incomplete ({sorted(parts)})")
         out[f"encoder.layers.{layer}.attn.qkv.{kind}"] = np.concatenate([parts["q"], parts["k"], parts["v"]], axis=0)
+    for kind, layers in uv.items():
+        if sorted(layers) != list(range(len(layers))):
+            raise PeersError(f"ESPnet pos_bias_{kind}: layers {sorted(layers)}, not 0..{len(layers) - 1}")
+        out[f"encoder.pos.bias_{kind}"] = np.stack([layers[i] for i in range(len(layers))])
     return out
 
 

@@ -19,6 +19,7 @@ spe_conv        gated convolutional SPE                     linear     begin, qk
 concat_sin      sinusoid concatenated (Park & Sung)         any        embed, output_dim
 rope            rotary q/k by frame time (s), every layer   softmax    begin, qk
 alibi           bias -m_h |t_i - t_j| (s), every layer      softmax    begin, attn_bias
+relpos_xl       Transformer-XL relative (ESPnet's rel_pos)  softmax    begin, embed, qk, attn_bias
 =============== =========================================== ========== ==========================
 
 ``rope`` and ``alibi`` take ``encoder.pos.augment: cape`` (CAPE's local shifts and global scaling of
@@ -42,6 +43,7 @@ from asrkit.model.posenc.cape import Cape, Shape
 from asrkit.model.posenc.concat import ConcatSin
 from asrkit.model.posenc.cpe import CPE
 from asrkit.model.posenc.relpos import RelPos, RelPosFirst
+from asrkit.model.posenc.relpos_xl import RelPosXL
 from asrkit.model.posenc.rope import Rope
 from asrkit.model.posenc.spe import ConvSPE, SineSPE
 from asrkit.schema import ConfigError, from_dict
@@ -50,7 +52,7 @@ from asrkit.schema import ConfigError, from_dict
 POS_ENCODINGS: dict[str, type[PositionalEncoding]] = {
     cls.name: cls
     for cls in (NoPos, SinPos, AbsPos, RelPos, RelPosFirst, Cape, Shape, CPE, SineSPE, ConvSPE, ConcatSin,
-                Rope, Alibi)
+                Rope, Alibi, RelPosXL)
 }
 
 

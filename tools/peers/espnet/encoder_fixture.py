@@ -4,6 +4,8 @@ counts at a given size.
 
     tools/peers/espnet/.venv/bin/python tools/peers/espnet/encoder_fixture.py fixture tests/fixtures/espnet_encoder
     tools/peers/espnet/.venv/bin/python tools/peers/espnet/encoder_fixture.py count --d 192 --layers 6 --ff 768 --vocab 30
+    tools/peers/espnet/.venv/bin/python tools/peers/espnet/encoder_fixture.py fixture tests/fixtures/espnet_encoder_relpos_xl \
+        --encoder relpos_xl
 
 ``fixture``: a tiny encoder (``--d 32 --layers 2 --heads 4 --ff 64``, conv2d input layer,
 normalize_before) + CTC head built by ESPnet with ``torch.manual_seed(0)``, its parameters perturbed
@@ -32,19 +34,27 @@ import numpy as np
 import torch
 
 
-def build(d: int, layers: int, heads: int, ff: int, vocab: int, n_mels: int = 80):
+#: --encoder relpos_xl: ESPnet's Conformer reduced to Transformer layers with Transformer-XL relative
+#: positions (no macaron feed-forward, no convolution module), ReLU feed-forward
+RELPOS_XL = dict(macaron_style=False, use_cnn_module=False, rel_pos_type="latest", pos_enc_layer_type="rel_pos",
+                 selfattention_layer_type="rel_selfattn", activation_type="relu")
+
+
+def build(d: int, layers: int, heads: int, ff: int, vocab: int, n_mels: int = 80, encoder: str = "transformer"):
     from espnet2.asr.ctc import CTC
+    from espnet2.asr.encoder.conformer_encoder import ConformerEncoder
     from espnet2.asr.encoder.transformer_encoder import TransformerEncoder
 
-    enc = TransformerEncoder(input_size=n_mels, output_size=d, attention_heads=heads, linear_units=ff,
-                             num_blocks=layers, dropout_rate=0.0, positional_dropout_rate=0.0,
-                             attention_dropout_rate=0.0, input_layer="conv2d", normalize_before=True)
+    common = dict(input_size=n_mels, output_size=d, attention_heads=heads, linear_units=ff, num_blocks=layers,
+                  dropout_rate=0.0, positional_dropout_rate=0.0, attention_dropout_rate=0.0, input_layer="conv2d",
+                  normalize_before=True)
+    enc = TransformerEncoder(**common) if encoder == "transformer" else ConformerEncoder(**common, **RELPOS_XL)
     ctc = CTC(odim=vocab, encoder_output_size=d)
     return enc, ctc
 
 
 def count(args) -> dict:
-    enc, ctc = build(args.d, args.layers, args.heads, args.ff, args.vocab)
+    enc, ctc = build(args.d, args.layers, args.heads, args.ff, args.vocab, encoder=args.encoder)
     n = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
     return {"espnet": md.version("espnet"), "encoder": n(enc), "frontend (embed)": n(enc.embed), "ctc": n(ctc),
             "total": n(enc) + n(ctc), "size": vars(args)}
@@ -66,13 +76,13 @@ def fixture(args) -> None:
     from espnet2.layers.utterance_mvn import UtteranceMVN
 
     torch.manual_seed(0)
-    enc, ctc = build(args.d, args.layers, args.heads, args.ff, args.vocab)
+    enc, ctc = build(args.d, args.layers, args.heads, args.ff, args.vocab, encoder=args.encoder)
     with torch.no_grad():  # draw every parameter, LayerNorms included (their defaults are 1 and 0)
         g = torch.Generator().manual_seed(1)
         for name, p in list(enc.named_parameters()) + list(ctc.named_parameters()):
             if p.dim() == 1:
-                p.copy_((1.0 if name.endswith("norm1.weight") or name.endswith("norm2.weight")
-                         or name.endswith("after_norm.weight") else 0.0) + 0.1 * torch.randn(p.shape, generator=g))
+                p.copy_((1.0 if name.endswith(("norm1.weight", "norm2.weight", "norm_mha.weight", "norm_ff.weight",
+                                               "after_norm.weight")) else 0.0) + 0.1 * torch.randn(p.shape, generator=g))
     enc.eval(), ctc.eval()
     fe = DefaultFrontend(fs=16000, n_fft=512, win_length=400, hop_length=160, n_mels=80)
     mvn = UtteranceMVN(norm_means=True, norm_vars=True)
@@ -97,8 +107,11 @@ def fixture(args) -> None:
     meta = {"espnet": md.version("espnet"), "torch": torch.__version__,
             "size": {"d": args.d, "layers": args.layers, "heads": args.heads, "ff": args.ff, "vocab": args.vocab,
                      "n_mels": 80},
-            "classes": ["espnet2.asr.encoder.transformer_encoder.TransformerEncoder (input_layer conv2d, "
-                        "normalize_before true, dropout 0)", "espnet2.asr.ctc.CTC",
+            "encoder": args.encoder,
+            "classes": [("espnet2.asr.encoder.transformer_encoder.TransformerEncoder" if args.encoder == "transformer"
+                         else "espnet2.asr.encoder.conformer_encoder.ConformerEncoder (" + ", ".join(
+                             f"{k} {v}" for k, v in RELPOS_XL.items()) + ")")
+                        + " (input_layer conv2d, normalize_before true, dropout 0)", "espnet2.asr.ctc.CTC",
                         "espnet2.asr.frontend.default.DefaultFrontend (n_fft 512, win 400, hop 160, 80 mels)",
                         "espnet2.layers.utterance_mvn.UtteranceMVN"],
             "feat_lens": flens.tolist(), "out_lens": olens.tolist(), "out_lens_second_alone": olens2.tolist(),
@@ -116,6 +129,9 @@ def main() -> None:
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--ff", type=int, default=64)
     p.add_argument("--vocab", type=int, default=30)
+    p.add_argument("--encoder", choices=["transformer", "relpos_xl"], default="transformer",
+                   help="transformer: TransformerEncoder (absolute sinusoid); relpos_xl: ConformerEncoder with "
+                        "rel_pos / rel_selfattn (latest), no macaron, no convolution module, ReLU")
     args = p.parse_args()
     if args.what == "count":
         print(json.dumps(count(args)))
