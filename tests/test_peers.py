@@ -543,3 +543,20 @@ def test_espnet_config_of_relpos_xl_is_espnets_conformer_without_its_conformer_p
     assert any(d.startswith("positional encoding: the same, Transformer-XL") for d in diffs)
     conf, diffs = peers.espnet_config(load_config(EQUAL_CONF, []), epochs=3, iters_per_epoch=100)
     assert conf["encoder"] == "transformer"
+
+
+def test_relpos_tables_put_the_same_scheme_first_and_label_the_other():
+    from asrkit.bench.peers.table import format_relpos
+
+    side = lambda ms, mb, n: {"time_ms": ms, "min_ms": ms * 0.9, "cpu_ms": ms * 1.8, "peak_mb": mb, "params": n}  # noqa: E731
+    r = {"spec": {"T": 1000, "d": 192, "heads": 4, "batch": 1, "threads": 2, "reps": 5, "frame_step": 0.04},
+         "rounds": [{}, {}], "asrkit": side(40.0, 20.0, 214512), "espnet": side(80.0, 100.0, 185472),
+         "asrkit_xl": side(64.0, 50.0, 185472), "time_ratio": 2.0, "mem_ratio": 5.0, "round_ratios": [2.0, 2.0],
+         "asrkit_max_lag": 690, "xl_time_ratio": 1.25, "xl_round_ratios": [1.2, 1.3], "xl_mem_ratio": 2.0}
+    text = "\n".join(format_relpos(r))
+    same, other = text.split("two different schemes")
+    assert "the same scheme in both toolkits: Transformer-XL" in same and "| 1.25x (paired) |" in same
+    assert "| parameters | 185,472 | 185,472 | - |" in same
+    assert "| 2.00x (paired) |" in other and "Not like for like" in other
+    old = {k: v for k, v in r.items() if not k.startswith(("asrkit_xl", "xl_"))}  # saved before relpos_xl
+    assert "the same scheme" not in "\n".join(format_relpos(old))

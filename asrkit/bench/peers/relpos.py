@@ -1,4 +1,6 @@
-"""The relpos attention micro-benchmark (two different relative-position schemes)."""
+"""The relative-position attention micro-benchmark: ESPnet's ``RelPositionMultiHeadedAttention``
+(Transformer-XL's scheme) against asrkit's implementation of the same scheme (``relpos_xl``: like
+for like) and asrkit's own ``relpos`` (Shaw et al.'s key term: another scheme, shown beside)."""
 from __future__ import annotations
 
 import json
@@ -19,9 +21,10 @@ def _rss_bytes() -> int:
 
 
 def _relpos_asrkit_worker(spec: dict) -> dict:
-    """asrkit's relpos self-attention (:class:`asrkit.model.attention.SelfAttention` with the
-    ``relpos`` encoding's bias, its default options), one step = ``pos.begin`` + attention forward
-    + ``y.pow(2).mean().backward()``; the same modes as ``tools/peers/espnet/relpos_bench.py``."""
+    """asrkit's self-attention (:class:`asrkit.model.attention.SelfAttention`) with the ``relpos``
+    (default) or ``spec["pos_enc"]`` encoding, its default options, one step = ``pos.begin`` +
+    ``pos.embed`` + attention forward + ``y.pow(2).mean().backward()``; the same modes as
+    ``tools/peers/espnet/relpos_bench.py``."""
     import resource
     import time as _t
 
@@ -34,7 +37,7 @@ def _relpos_asrkit_worker(spec: dict) -> dict:
     torch.set_num_threads(spec["threads"])
     torch.manual_seed(0)
     d, h, B, step_s = spec["d"], spec["heads"], spec["batch"], spec["frame_step"]
-    cfg = load_config(None, ["encoder.pos_enc=relpos", f"encoder.d_model={d}", f"encoder.n_heads={h}",
+    cfg = load_config(None, [f"encoder.pos_enc={spec.get('pos_enc', 'relpos')}", f"encoder.d_model={d}", f"encoder.n_heads={h}",
                              "encoder.n_layers=1", *spec.get("extra", [])])
     pos = build_pos_encoding(cfg.encoder, frame_step=step_s)
     att = SelfAttention(d, h, 0.0)
@@ -53,7 +56,7 @@ def _relpos_asrkit_worker(spec: dict) -> dict:
 
     step(8)
     out: dict[str, Any] = {"impl": "asrkit", "torch": torch.__version__, "params": n_params,
-                           "max_lag": int(pos.max_lag)}
+                           "max_lag": int(getattr(pos, "max_lag", spec["T"] - 1))}
     if spec.get("mode", "time") == "mem":
         rss0 = _rss_bytes()
         w, c = step(spec["T"])
@@ -68,7 +71,12 @@ def _relpos_asrkit_worker(spec: dict) -> dict:
 def _relpos_cmd(impl: str, spec: dict, espnet_venv: Path) -> list[str]:
     if impl == "espnet":
         return [str(REPO / espnet_venv / "bin" / "python"), str(REPO / ESPNET_RELPOS), json.dumps(spec)]
+    spec = dict(spec, pos_enc=IMPLS[impl])
     return [sys.executable, "-m", "asrkit.bench", "--worker", f"{__name__}:_relpos_asrkit_worker", json.dumps(spec)]
+
+
+#: the implementations timed: asrkit's (its encoding) and ESPnet's
+IMPLS = {"asrkit": "relpos", "asrkit_xl": "relpos_xl", "espnet": None}
 
 
 def _relpos_run(impl: str, spec: dict, espnet_venv: Path, env: dict) -> dict:
@@ -90,15 +98,15 @@ def relpos_bench(a, env: dict) -> dict:
             "threads": a.threads, "frame_step": a.relpos_frame_step}
     rounds: list[dict] = []
     for r in range(a.relpos_rounds):
-        order = ["asrkit", "espnet"]
+        order = list(IMPLS)
         random.Random(r).shuffle(order)
         rounds.append({impl: _relpos_run(impl, spec, a.espnet_venv, env) for impl in order})
         print(f"[peers] relpos round {r + 1}: " + ", ".join(
             f"{k} {1000 * statistics.median(v['all_s']):.0f} ms" for k, v in rounds[-1].items()), file=sys.stderr)
     mem = {impl: [_relpos_run(impl, dict(spec, mode="mem"), a.espnet_venv, env)["peak_mb"]]
-           for impl in ("asrkit", "espnet")}  # one fresh process each: the step's allocations are deterministic
+           for impl in IMPLS}  # one fresh process each: the step's allocations are deterministic
     out = {"spec": spec, "rounds": rounds}
-    for impl in ("asrkit", "espnet"):
+    for impl in IMPLS:
         out[impl] = {"time_ms": 1000 * statistics.median(x for rd in rounds for x in rd[impl]["all_s"]),
                      "cpu_ms": 1000 * statistics.median(x for rd in rounds for x in rd[impl]["all_cpu_s"]),
                      "min_ms": 1000 * min(x for rd in rounds for x in rd[impl]["all_s"]),
@@ -110,6 +118,11 @@ def relpos_bench(a, env: dict) -> dict:
     out["time_ratio"] = statistics.median(statistics.median(rd["espnet"]["all_s"]) / statistics.median(rd["asrkit"]["all_s"])
                                           for rd in rounds)
     out["mem_ratio"] = out["espnet"]["peak_mb"] / max(out["asrkit"]["peak_mb"], 1e-9)
+    # like for like: the same scheme (Transformer-XL) in both toolkits
+    out["xl_round_ratios"] = [statistics.median(rd["espnet"]["all_s"]) / statistics.median(rd["asrkit_xl"]["all_s"])
+                              for rd in rounds]
+    out["xl_time_ratio"] = statistics.median(out["xl_round_ratios"])
+    out["xl_mem_ratio"] = out["espnet"]["peak_mb"] / max(out["asrkit_xl"]["peak_mb"], 1e-9)
     return out
 
 
