@@ -749,3 +749,27 @@ def test_consecutive_frames_advance_one_step_of_their_own_times(typ, name, extra
         k = (state.extra["positions"] - t) / step  # offsets in frames of its own times
         torch.testing.assert_close(k, k.round(), atol=1e-3, rtol=0)
         assert int(k.max()) > 1  # drawn offsets are whole frames, several of them
+
+
+def test_relpos_xl_shift_is_the_gather_of_each_pairs_lag():
+    """relpos_xl brings the lag product to T x T by Transformer-XL's shift for frames one lag apart
+    and by a gather of each pair's lag otherwise: both give the same bias, and irregular frames
+    take the gather."""
+    from asrkit.config import load_config
+    from asrkit.model.posenc import build_pos_encoding
+
+    cfg = load_config(None, ["encoder.pos_enc=relpos_xl", "encoder.d_model=16", "encoder.n_heads=2", "encoder.n_layers=1"])
+    torch.manual_seed(0)
+    pos = build_pos_encoding(cfg.encoder, frame_step=0.04)
+    T = 9
+    times = (torch.arange(T) * 0.04).expand(2, T)
+    mask = torch.arange(T)[None] < torch.tensor([[T], [6]])
+    x = torch.randn(2, T, 16)
+    q = torch.randn(2, 2, T, 8)
+    state = pos.begin(x, times, mask)
+    assert state.extra["xl_regular"]
+    shifted = pos.attn_bias(0, q, state)
+    state.extra["xl_regular"] = False
+    torch.testing.assert_close(pos.attn_bias(0, q, state), shifted, atol=1e-6, rtol=1e-6)
+    jitter = times + torch.tensor([0.0, 0.01, 0.0, 0.05, 0.0, 0.0, 0.0, 0.0, 0.0])  # frame 3 one lag late
+    assert not pos.begin(x, jitter, mask).extra["xl_regular"]

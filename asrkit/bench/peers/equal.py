@@ -170,13 +170,16 @@ def equal_bench(cfg, config_path: Path, durations: list[float], *, steps: int, w
     """A B A B rounds of both sides' workers; returns every round and the summaries."""
     e = cfg.encoder
     if cfg.frontend.type != "conv2d" or getattr(cfg.frontend, "padding", "half") != "none" \
-            or cfg.frontend.channels != e.d_model or e.pos_enc != "sinpos" or not e.norm_first or e.conv_kernel:
+            or cfg.frontend.channels != e.d_model or e.pos_enc not in ("sinpos", "relpos_xl") or not e.norm_first \
+            or e.conv_kernel or e.activation != "relu":
         raise PeersError(f"{config_path}: --arch espnet needs ESPnet's model (frontend conv2d, padding none, channels = "
-                         f"d_model; sinpos; norm_first; no conv module), as {DEFAULT_CONFIG} has it")
+                         f"d_model; sinpos, or relpos_xl for its rel_pos; norm_first; ReLU; no conv module), as "
+                         f"{DEFAULT_CONFIG} has it")
     batches_s = length_batches(durations, cfg.data.max_duration)
     frames = [[int(round(d / HOP)) for d in b] for b in batches_s]
     dec = [[int(round(d / HOP)) for d in b] for b in length_batches(durations, cfg.data.max_duration / 4)]
-    spec = {"config": str(config_path), "overrides": overrides, "d": e.d_model, "layers": e.n_layers,
+    spec = {"config": str(config_path), "overrides": overrides,
+            "encoder": "relpos_xl" if e.pos_enc == "relpos_xl" else "transformer", "d": e.d_model, "layers": e.n_layers,
             "heads": e.n_heads, "ff": e.d_ff, "vocab": vocab, "n_mels": cfg.features.n_mels, "lr": cfg.optim.lr,
             "clip": cfg.optim.clip_grad, "threads": threads, "flush_denormal": True, "warmup": warmup,
             "steps": steps, "batches": frames, "decode_batches": dec}
@@ -214,7 +217,10 @@ def equal_bench(cfg, config_path: Path, durations: list[float], *, steps: int, w
 def format_equal(res: dict, cpu: str, threads: int, command: str) -> str:
     a, e = res["asrkit"], res["espnet"]
     sp = res["spec"]
-    L = [f"## The same model on both sides: ESPnet's CTC Transformer ({sp['layers']} x {sp['d']}, {sp['heads']} heads, "
+    what = ("Transformer layers with Transformer-XL relative positions (ESPnet's conformer encoder with rel_pos, "
+            "no macaron, no convolution module; asrkit relpos_xl)" if sp.get("encoder") == "relpos_xl"
+            else "CTC Transformer")
+    L = [f"## The same model on both sides: ESPnet's {what} ({sp['layers']} x {sp['d']}, {sp['heads']} heads, "
          f"d_ff {sp['ff']}, conv2d subsampling), model step only", "",
          f"`{command}` on {cpu}, {threads} threads per side, {len(res['rounds']['asrkit'])} rounds per side "
          f"alternating (A B, B A, ...), {sp['warmup']} warm-up steps then {sp['steps']} timed steps per round; "

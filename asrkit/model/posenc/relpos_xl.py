@@ -19,8 +19,9 @@ Hooks: :meth:`embed` (the scaling), :meth:`begin` (the lag table and index, once
 :meth:`qk` (adds ``u_l`` to the queries: the content term is SDPA's own ``q . k``) and
 :meth:`attn_bias` (the position term as a B x H x T x T tensor, masked at padded keys). Cost per
 layer: the (2L+1) x d projection of the lags present (L = the largest lag, T - 1 for regular
-frames) and one B x H x T x (2L+1) product, then a gather to T x T: the same as ESPnet's
-``rel_shift`` form (it builds the same product and shifts it by a view).
+frames) and one B x H x T x (2L+1) product brought to T x T: for frames one lag apart (padded
+batches) by Transformer-XL's shift (a zero column, two views: no index, a cheap backward), as
+ESPnet's ``rel_shift`` does; for irregular frames by a gather of each pair's lag.
 """
 from __future__ import annotations
 
@@ -84,16 +85,22 @@ class RelPosXL(PositionalEncoding):
 
     def begin(self, x: Tensor, times: Tensor, mask: Tensor) -> PosState:
         u = torch.where(mask, times, times[:, :1]).to(torch.float64) / self.opts.frame_step  # padded: a real time
+        regular = False
         if not torch.onnx.is_in_onnx_export():  # (a traced graph keeps the general form)
             ref = int(mask.sum(1).argmax())
             if bool(((u == u[ref]) | ~mask).all()):  # one time grid for the batch (padded batches): one index
                 u = u[ref : ref + 1]
         lag = -self._lags(u)  # B|1 x T x T: r_ij = i - j in frames
         max_lag = lag.abs().amax()  # (a tensor: the lag table follows the input in an exported graph)
-        pe = lag_sinusoid(max_lag, self.d_model, device=x.device)
+        if not torch.onnx.is_in_onnx_export() and u.shape[0] == 1:
+            T = u.shape[1]  # frames one lag apart: r_ij = i - j exactly, the product is shifted, not gathered
+            idx = torch.arange(T, device=lag.device)
+            regular = bool((lag[0] == idx[:, None] - idx[None, :]).all())
+        pe = lag_sinusoid(max_lag, self.d_model, device=x.device).flip(0)  # rows: lags max_lag .. -max_lag
         if self.drop is not None:
             pe = self.drop(pe)
-        return PosState(times=times, mask=mask, extra={"xl_pe": pe, "xl_index": lag + max_lag})
+        return PosState(times=times, mask=mask,
+                        extra={"xl_pe": pe, "xl_index": max_lag - lag, "xl_regular": regular})
 
     def lags(self, times: Tensor) -> Tensor:
         """B x T x T frames from query i to key j, ``round((t_j - t_i) / frame_step)`` (relpos's
@@ -111,9 +118,21 @@ class RelPosXL(PositionalEncoding):
         """q: the queries after :meth:`qk` (q + u), B x H x T x Dh."""
         B, H, T, Dh = q.shape
         pe = state.extra["xl_pe"]
-        p = self.proj[layer](pe.to(q.dtype)).view(-1, H, Dh).permute(1, 2, 0)  # H x Dh x (2L+1)
+        p = self.proj[layer](pe.to(q.dtype)).view(-1, H, Dh).permute(1, 2, 0)  # H x Dh x (2L+1), lags L .. -L
         qv = q + (self.bias_v[layer] - self.bias_u[layer])[None, :, None, :].to(q.dtype)
         bd = torch.matmul(qv, p)  # B x H x T x (2L+1)
-        index = state.extra["xl_index"]  # B|1 x T x T
-        bias = bd.gather(-1, index[:, None].expand(B, H, T, T)) * Dh**-0.5
-        return bias.masked_fill(~state.mask[:, None, None, :], float("-inf"))
+        if state.extra["xl_regular"]:  # column c of row i is lag T-1-c: shift row i left by T-1-i
+            bias = _shift(bd)
+        else:
+            index = state.extra["xl_index"]  # B|1 x T x T: column of lag r_ij
+            bias = bd.gather(-1, index[:, None].expand(B, H, T, T))
+        return (bias * Dh**-0.5).masked_fill(~state.mask[:, None, None, :], float("-inf"))
+
+
+def _shift(x: Tensor) -> Tensor:
+    """``out[..., i, j] = x[..., i, T-1-i+j]`` for x of ... x T x (2T-1), without an index: prepend a
+    zero column, read the T x 2T buffer as 2T x T, drop its first row and read the rest as
+    T x (2T-1) (Dai et al., 2019, appendix B); its backward is as cheap (no scatter)."""
+    *lead, T, W = x.shape
+    padded = torch.cat([x.new_zeros(*lead, T, 1), x], dim=-1)  # ... x T x 2T
+    return padded.view(*lead, W + 1, T)[..., 1:, :].reshape(*lead, T, W)[..., :T]

@@ -4,7 +4,9 @@ CTC) trained for a few optimizer steps on given batches, timed, for ``python -m 
 
     tools/peers/espnet/.venv/bin/python tools/peers/espnet/step_bench.py '<json spec>'
 
-The spec (JSON): ``d, layers, heads, ff, vocab, n_mels, lr, clip, threads, flush_denormal,
+The spec (JSON): ``encoder`` (``transformer``, the default, or ``relpos_xl``: ESPnet's conformer
+encoder with rel_pos / rel_selfattn and neither macaron feed-forward nor convolution module, as
+asrkit's ``encoder.pos_enc: relpos_xl``), ``d, layers, heads, ff, vocab, n_mels, lr, clip, threads, flush_denormal,
 warmup, steps, batches`` (a list of lists of utterance lengths in 10 ms frames, cycled),
 ``decode_batches`` (the same for decoding), ``profile`` (bool). Features and targets come from
 ``numpy.random.default_rng(batch index)``: both sides see the same numbers. One step = encoder
@@ -50,13 +52,19 @@ def main() -> None:
         torch.set_flush_denormal(True)
     torch.set_num_threads(spec["threads"])
     from espnet2.asr.ctc import CTC
+    from espnet2.asr.encoder.conformer_encoder import ConformerEncoder
     from espnet2.asr.encoder.transformer_encoder import TransformerEncoder
 
     torch.manual_seed(0)
-    enc = TransformerEncoder(input_size=spec["n_mels"], output_size=spec["d"], attention_heads=spec["heads"],
-                             linear_units=spec["ff"], num_blocks=spec["layers"], dropout_rate=0.0,
-                             positional_dropout_rate=0.0, attention_dropout_rate=0.0, input_layer="conv2d",
-                             normalize_before=True)
+    common = dict(input_size=spec["n_mels"], output_size=spec["d"], attention_heads=spec["heads"],
+                  linear_units=spec["ff"], num_blocks=spec["layers"], dropout_rate=0.0, positional_dropout_rate=0.0,
+                  attention_dropout_rate=0.0, input_layer="conv2d", normalize_before=True)
+    if spec.get("encoder", "transformer") == "relpos_xl":  # Transformer layers with Transformer-XL positions
+        enc = ConformerEncoder(**common, macaron_style=False, use_cnn_module=False, rel_pos_type="latest",
+                               pos_enc_layer_type="rel_pos", selfattention_layer_type="rel_selfattn",
+                               activation_type="relu")
+    else:
+        enc = TransformerEncoder(**common)
     ctc = CTC(odim=spec["vocab"], encoder_output_size=spec["d"])
     params = list(enc.parameters()) + list(ctc.parameters())
     opt = torch.optim.Adam(params, lr=spec["lr"], betas=(0.9, 0.98), eps=1e-8)
