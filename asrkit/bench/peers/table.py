@@ -191,7 +191,8 @@ def format_relpos(r: dict) -> list[str]:
               f"| parameters | {x['params']:,} | {e['params']:,} | - |", "",
               f"ESPnet / asrkit per round: {', '.join(f'{v:.2f}' for v in r['xl_round_ratios'])}. Both: sinusoids of "
               "all 2T-1 lags projected per layer, per-head biases u and v, a B x H x T x (2T-1) product brought to "
-              "T x T (ESPnet by its rel_shift view, asrkit by a gather), the content term in asrkit through SDPA.", ""]
+              "T x T by Transformer-XL's shift (a zero column and views), scores, softmax and values by explicit "
+              "products (asrkit: baddbmm on the bias, ESPnet: matmul, add, masked_fill).", ""]
     L += [f"## Relative-position attention, two different schemes: asrkit relpos (Shaw) and ESPnet's "
           f"Transformer-XL ({head})", "",
           "| | asrkit relpos | ESPnet RelPositionMultiHeadedAttention | ESPnet / asrkit |", "|---|---:|---:|---:|",
