@@ -119,20 +119,19 @@ class RelPosXL(PositionalEncoding):
         B, H, T, Dh = q.shape
         pe = state.extra["xl_pe"]
         p = self.proj[layer](pe.to(q.dtype)).view(-1, H, Dh).permute(1, 2, 0)  # H x Dh x (2L+1), lags L .. -L
-        qv = q + (self.bias_v[layer] - self.bias_u[layer])[None, :, None, :].to(q.dtype)
-        bd = torch.matmul(qv, p)  # B x H x T x (2L+1)
+        qv = (q + (self.bias_v[layer] - self.bias_u[layer])[None, :, None, :].to(q.dtype)) * Dh**-0.5
         if state.extra["xl_regular"]:  # column c of row i is lag T-1-c: shift row i left by T-1-i
-            bias = _shift(bd)
+            # the shift's zero column comes from a zero lag vector: the product is made padded
+            bias = _shift(torch.matmul(qv, torch.cat([p.new_zeros(H, Dh, 1), p], dim=-1)))
         else:
             index = state.extra["xl_index"]  # B|1 x T x T: column of lag r_ij
-            bias = bd.gather(-1, index[:, None].expand(B, H, T, T))
-        return (bias * Dh**-0.5).masked_fill(~state.mask[:, None, None, :], float("-inf"))
+            bias = torch.matmul(qv, p).gather(-1, index[:, None].expand(B, H, T, T))
+        return bias.masked_fill(~state.mask[:, None, None, :], float("-inf"))
 
 
-def _shift(x: Tensor) -> Tensor:
-    """``out[..., i, j] = x[..., i, T-1-i+j]`` for x of ... x T x (2T-1), without an index: prepend a
-    zero column, read the T x 2T buffer as 2T x T, drop its first row and read the rest as
-    T x (2T-1) (Dai et al., 2019, appendix B); its backward is as cheap (no scatter)."""
-    *lead, T, W = x.shape
-    padded = torch.cat([x.new_zeros(*lead, T, 1), x], dim=-1)  # ... x T x 2T
-    return padded.view(*lead, W + 1, T)[..., 1:, :].reshape(*lead, T, W)[..., :T]
+def _shift(padded: Tensor) -> Tensor:
+    """``out[..., i, j] = x[..., i, T-1-i+j]`` from ``padded`` = [0 | x], ... x T x 2T (x: ... x T x
+    (2T-1)), without an index: read the T x 2T buffer as 2T x T, drop its first row and read the rest
+    as T x (2T-1) (Dai et al., 2019, appendix B); its backward is as cheap (no scatter)."""
+    *lead, T, W1 = padded.shape
+    return padded.view(*lead, W1, T)[..., 1:, :].reshape(*lead, T, W1 - 1)[..., :T]
