@@ -187,7 +187,8 @@ def format_relpos(r: dict) -> list[str]:
               f"| time (ms, median) | {x['time_ms']:.1f} | {e['time_ms']:.1f} | {r['xl_time_ratio']:.2f}x (paired) |",
               f"| fastest step (ms) | {x['min_ms']:.1f} | {e['min_ms']:.1f} | {e['min_ms'] / x['min_ms']:.2f}x |",
               f"| process CPU time (ms, median) | {x['cpu_ms']:.1f} | {e['cpu_ms']:.1f} | {e['cpu_ms'] / x['cpu_ms']:.2f}x |",
-              f"| peak memory of the step (MiB) | {x['peak_mb']:.1f} | {e['peak_mb']:.1f} | {r['xl_mem_ratio']:.2f}x |",
+              f"| peak memory of the step (MiB, median of fresh processes) | {x['peak_mb']:.1f}{_span(x)} | "
+              f"{e['peak_mb']:.1f}{_span(e)} | {r['xl_mem_ratio']:.2f}x |",
               f"| parameters | {x['params']:,} | {e['params']:,} | - |", "",
               f"ESPnet / asrkit per round: {', '.join(f'{v:.2f}' for v in r['xl_round_ratios'])}. Both: sinusoids of "
               "all 2T-1 lags projected per layer, per-head biases u and v, a B x H x T x (2T-1) product brought to "
@@ -200,12 +201,18 @@ def format_relpos(r: dict) -> list[str]:
           f"| fastest step (ms; the least disturbed by other load) | {a['min_ms']:.1f} | {e['min_ms']:.1f} | "
           f"{e['min_ms'] / a['min_ms']:.2f}x |",
           f"| process CPU time (ms, median) | {a['cpu_ms']:.1f} | {e['cpu_ms']:.1f} | {e['cpu_ms'] / a['cpu_ms']:.2f}x |",
-          f"| peak memory of the step (MiB) | {a['peak_mb']:.1f} | {e['peak_mb']:.1f} | {r['mem_ratio']:.2f}x |",
+          f"| peak memory of the step (MiB, median of fresh processes) | {a['peak_mb']:.1f}{_span(a)} | "
+          f"{e['peak_mb']:.1f}{_span(e)} | {r['mem_ratio']:.2f}x |",
           f"| parameters | {a['params']:,} | {e['params']:,} | - |", "",
           f"{len(r['rounds'])} paired rounds of {sp['reps']} steps each (fresh processes, random order; "
           f"ESPnet / asrkit per round: {', '.join(f'{v:.2f}' for v in r.get('round_ratios', []))}); "
-          f"memory: peak RSS increase of one step in a fresh process. asrkit: Shaw et al.'s key term, one learned "
+          f"memory: peak RSS increase of one step in a fresh process, the median of several (min-max beside it). asrkit: Shaw et al.'s key term, one learned "
           f"table of lags up to +-{r['asrkit_max_lag']} frames ({sp['frame_step']} s per frame, encoder.pos "
           "defaults), its compiled CPU kernel; ESPnet: Transformer-XL form (sinusoidal positions for all 2T-1 "
           "lags, linear_pos, pos_bias_u/v, rel_shift). Not like for like: the schemes differ.", ""]
     return L
+
+
+def _span(side: dict) -> str:
+    runs = side.get("peak_mb_runs") or []
+    return f" ({min(runs):.0f}-{max(runs):.0f})" if len(runs) > 1 else ""
