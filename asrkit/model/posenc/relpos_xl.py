@@ -33,7 +33,7 @@ import torch
 from torch import Tensor, nn
 
 from asrkit.model.dropout import Dropout
-from asrkit.model.posenc.base import PositionalEncoding, PosState
+from asrkit.model.posenc.base import PositionalEncoding, PosState, sinusoid
 from asrkit.schema import ConfigError
 
 
@@ -41,9 +41,8 @@ def lag_sinusoid(max_lag, dim: int, device=None) -> Tensor:
     """R(r) for r = -max_lag .. max_lag (rows in that order): (2 max_lag + 1) x dim, float32.
     ``max_lag``: an int or a 0-d integer tensor."""
     r = torch.arange(-max_lag, max_lag + 1, device=device).to(torch.float32)
-    w = 10000.0 ** (-torch.arange(0, dim, 2, device=device, dtype=torch.float32) / dim)
-    phase = r[:, None] * w
-    return torch.stack([torch.sin(phase), torch.cos(phase)], dim=-1).flatten(-2)
+    pe = sinusoid(r, dim, omega0=1.0)  # [cos..., sin...] of r 10000^(-2k/dim)
+    return torch.stack([pe[..., dim // 2:], pe[..., : dim // 2]], dim=-1).flatten(-2)  # sin, cos, sin, ...
 
 
 class RelPosXL(PositionalEncoding):
