@@ -108,6 +108,13 @@ class EncoderConfig:
     #: 0 = Transformer layers; an odd k >= 3 = the Conformer's convolution module (depthwise, k
     #: frames after the frontend) in every layer (asrkit.model.transformer.ConvModule)
     conv_kernel: int = 0
+    #: the Conformer's half-step feed-forward pair: a second feed-forward before attention, both
+    #: residuals x 0.5 (pre-LN only; ESPnet's macaron_style)
+    macaron: bool = False
+    block_norm: bool = False  #: a LayerNorm closing every layer (the Conformer block's; ESPnet's norm_final)
+    #: the convolution module's norm: layer (LayerNorm) | batch (BatchNorm over the real frames,
+    #: running statistics moved once per step over all ranks; asrkit.model.batchnorm)
+    conv_norm: str = "layer"
     pos_enc: str = "sinpos"  #: see asrkit.model.posenc.POS_ENCODINGS
     pos: dict = field(default_factory=dict)  #: options of the chosen positional encoding
     options: dict = field(default_factory=dict)  #: options of conv encoders (validated by asrkit.model.conv)

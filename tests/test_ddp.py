@@ -34,7 +34,15 @@ def _global_batches(ids: list[str]) -> list:
     return [[ids[4 * i: 4 * i + 2], ids[4 * i + 2: 4 * i + 4]] for i in range(6)]
 
 
-def test_ddp_two_ranks_match_one_process(corpus, tmp_path):
+#: ESPnet's whole Conformer layer: its BatchNorm normalizes by the global batch (asrkit.model.batchnorm)
+CONFORMER_BN = dict(encoder__norm_first=True, encoder__conv_kernel=5, encoder__macaron=True, encoder__block_norm=True,
+                    encoder__conv_norm="batch")
+
+
+@pytest.mark.parametrize("layers", ["transformer", "conformer_bn"])
+def test_ddp_two_ranks_match_one_process(corpus, tmp_path, layers):
+    """conformer_bn: the convolution module's BatchNorm statistics span both ranks' utterances (a
+    rank with no utterances, batch 3, takes part with none), so the ranks take one process's step."""
     ids = H.train_ids(corpus)
     batches = _global_batches(ids)
     bad = batches[2][1] + [batches[4][0][1]]  # rank 1 loses its whole batch 3; rank 0 half of batch 5
@@ -49,7 +57,7 @@ def test_ddp_two_ranks_match_one_process(corpus, tmp_path):
     single_spec = dict(spec, faults=[dict(spec["faults"][0], rank=None)])
     common = dict(encoder__n_layers=3, encoder__layer_drop=0.5, train__accum_grad=2, train__max_epochs=2,
                   data__on_bad_audio="skip", optim__warmup_steps=2, train__ckpt_every_steps=0,
-                  optim__eps=1.0)
+                  optim__eps=1.0, **(CONFORMER_BN if layers == "conformer_bn" else {}))
     try:
         # DDP, interrupted after 2 optimizer steps (mid-epoch: batch 4 of 6), then resumed to the end
         ddp = tmp_path / "ddp"

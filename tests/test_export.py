@@ -112,6 +112,9 @@ EXPORTABLE = {
     "alibi+conformer": ["encoder.pos_enc=alibi", "encoder.conv_kernel=5"],
     "alibi+conformer+conv2d": ["encoder.pos_enc=alibi", "encoder.conv_kernel=5", "frontend.type=conv2d",
                                "frontend.kernel=3", "frontend.stride=4", "frontend.channels=4"],
+    # ESPnet's whole Conformer layer: BatchNorm (running statistics) in the convolution module
+    "relpos_xl+conformer_bn": ["encoder.pos_enc=relpos_xl", "encoder.norm_first=true", "encoder.conv_kernel=5",
+                               "encoder.macaron=true", "encoder.block_norm=true", "encoder.conv_norm=batch"],
     "spe_sine": ["encoder.attention=linear_relu"],
     "nopos+favor": ["encoder.attention=linear_favor"],
     "gated_conv": ["encoder.type=gated_conv", "encoder.n_layers=3", "encoder.pos_enc=concat_sin",

@@ -76,6 +76,61 @@ def test_conv_kernel_adds_a_convolution_module_and_keeps_plain_layers_keys():
             build_model(_cfg(f"encoder.conv_kernel={bad}"), 30)
 
 
+#: ESPnet's whole Conformer layer (tests/test_peers.py matches it against ESPnet's output)
+CONFORMER = ["encoder.norm_first=true", "encoder.conv_kernel=15", "encoder.macaron=true", "encoder.block_norm=true",
+             "encoder.conv_norm=batch", "encoder.activation=swish", "encoder.dropout=0.0"]
+
+
+def _drawn_running_stats(m):
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for name, b in m.named_buffers():
+            if name.endswith("running_mean"):
+                b.copy_(torch.randn(b.shape, generator=g))
+            elif name.endswith("running_var"):
+                b.copy_(0.5 + torch.rand(b.shape, generator=g))
+
+
+@pytest.mark.parametrize("pos_enc", ["relpos_xl", "alibi"])
+def test_full_conformer_batch_of_one_equals_batch_of_n_and_more_padding_changes_nothing(pos_enc):
+    """macaron + convolution module with BatchNorm + closing LayerNorm: in eval mode each utterance
+    alone gives its outputs in the padded batch; in training mode (batch statistics over the real
+    frames) the same batch padded 40 frames longer gives the same outputs."""
+    m = build_model(_cfg(*CONFORMER, f"encoder.pos_enc={pos_enc}", "encoder.pos={}", "specaug.enabled=false",
+                         "frontend.dropout=0.0"), 30)  # nothing random in training mode
+    _drawn_running_stats(m)
+    lens = [100, 61, 7, 88]
+    feats, l, times = _batch(lens)
+    m.eval()
+    full = m.encode(feats, l, times)
+    for i, n in enumerate(lens):
+        one = m.encode(feats[i:i + 1, :n], l[i:i + 1], times[i:i + 1, :n])
+        k = int(one.lengths[0])
+        torch.testing.assert_close(one.log_probs[0], full.log_probs[i, :k], atol=1e-5, rtol=1e-5)
+    m.train()
+    a = m.encode(feats, l, times)
+    longer = torch.cat([feats, torch.zeros(len(lens), 40, feats.shape[2])], 1)  # padding is zeros, as the collator pads
+    b = m.encode(longer, l, torch.arange(longer.shape[1]).float()[None].expand(len(lens), -1) * 0.01)
+    for i in range(len(lens)):
+        k = int(a.lengths[i])
+        torch.testing.assert_close(a.log_probs[i, :k], b.log_probs[i, :k], atol=1e-5, rtol=1e-5)
+
+
+def test_conformer_keys_are_checked():
+    from asrkit.schema import ConfigError
+
+    for bad, match in ((["encoder.macaron=true"], r"'encoder.macaron' is for the pre-LN.*set encoder.norm_first=true"),
+                       (["encoder.block_norm=true"], r"'encoder.block_norm' is for the pre-LN"),
+                       (["encoder.conv_norm=batch"], r"'encoder.conv_norm'='batch'.*set encoder.conv_kernel"),
+                       (["encoder.conv_kernel=5", "encoder.conv_norm=group"], r"encoder.conv_norm.*valid: layer, batch")):
+        with pytest.raises(ConfigError, match=match):
+            build_model(_cfg(*bad), 30)
+    plain = set(build_model(_cfg("encoder.norm_first=true", "encoder.conv_kernel=5"), 30).state_dict())
+    full = set(build_model(_cfg(*CONFORMER), 30).state_dict())
+    assert {k.split(".", 3)[3] for k in full - plain} >= {"ffn_macaron.0.weight", "norm_macaron.weight", "norm_out.weight",
+                                                         "conv.norm.running_mean", "conv.norm.running_var"}
+
+
 def test_conv_module_matches_speechbrain():
     """The Conformer convolution module (with the layer's pre-norm) against SpeechBrain 1.1.2's
     ConvolutionModule (tests/fixtures/conformer/README.md). SpeechBrain zeroes padded frames only

@@ -106,7 +106,7 @@ def test_espnet_config_follows_the_asrkit_config():
 @pytest.mark.parametrize("override, match", [
     ("optim.schedule=warmup_cosine", "warmup_steps"),  # warmup longer than the budget
     ("decoder.type=lstm", "CTC only"),
-    ("encoder.conv_kernel=15", "Conformer layers are not mapped"),
+    ("encoder.conv_kernel=15", "ESPnet's Conformer layer is asrkit's with"),
     ("tokens.kind=bpe", "letters"),
 ])
 def test_espnet_config_refuses_what_it_cannot_map(override, match):
@@ -314,8 +314,8 @@ def test_espnet_weights_map_names_every_tensor_once():
     mapped = espnet_to_asrkit(params)
     assert set(mapped) == set(sd)
     assert sum(v.size for v in mapped.values()) == sum(v.size for v in params.values())
-    with pytest.raises(peers.PeersError, match="encoder.encoders.0.conv_module"):
-        espnet_to_asrkit({**params, "encoder.encoders.0.conv_module.pointwise_conv1.weight": np.zeros(1)})
+    with pytest.raises(peers.PeersError, match="encoder.encoders.0.concat_linear"):  # ESPnet's concat_after
+        espnet_to_asrkit({**params, "encoder.encoders.0.concat_linear.weight": np.zeros(1)})
 
 
 def test_equal_config_has_espnets_parameter_count():
@@ -530,6 +530,50 @@ def test_espnet_relpos_weights_give_espnets_encoder_output_in_asrkit():
     assert np.abs(_asrkit_encode(model, z).hidden[0].numpy() - z["hidden"][0]).max() > 1e-2
 
 
+ENC_CONFORMER_FIX = Path(__file__).parent / "fixtures" / "espnet_encoder_conformer"
+#: asrkit's keys for ESPnet's whole Conformer layer (the fixture's kernel 7, swish)
+CONFORMER_ARGS = ["encoder.pos_enc=relpos_xl", "encoder.pos={}", "encoder.conv_kernel=7", "encoder.macaron=true",
+                  "encoder.block_norm=true", "encoder.conv_norm=batch", "encoder.activation=swish"]
+
+
+def test_espnet_conformer_weights_give_espnets_encoder_output_in_asrkit():
+    """ESPnet 202511's whole Conformer layer (macaron feed-forward, convolution module with BatchNorm
+    whose running statistics the fixture draws, a LayerNorm closing each layer; rel_pos, swish;
+    tools/peers/espnet/encoder_fixture.py --encoder conformer) and asrkit's model with the keys of
+    CONFORMER_ARGS and ESPnet's weights, in eval mode: ESPnet's encoder output and CTC
+    log-probabilities for the longer utterance and for the shorter one alone; each part of the
+    Conformer layer changes the output when removed."""
+    import torch
+
+    from asrkit.bench.peers.espnet_weights import load_espnet_weights
+
+    z = np.load(ENC_CONFORMER_FIX / "encoder.npz")
+    meta = json.loads((ENC_CONFORMER_FIX / "meta.json").read_text())
+    params = {k[len("param/"):]: z[k] for k in z.files if k.startswith("param/")}
+    assert meta["encoder"] == "conformer" and meta["out_lens"] == [37, 26]
+    model = _equal_model(meta, CONFORMER_ARGS)
+    n_espnet = sum(v.size for k, v in params.items() if not k.endswith(("running_mean", "running_var", "num_batches_tracked")))
+    assert sum(p.numel() for p in model.parameters()) == n_espnet
+    load_espnet_weights(model, params)
+    for m in model.modules():  # ESPnet's LayerNorm eps
+        if isinstance(m, torch.nn.LayerNorm):
+            m.eps = 1e-12
+    enc = _asrkit_encode(model, z)
+    assert enc.lengths.tolist() == [37, 24]
+    np.testing.assert_allclose(enc.hidden[0].numpy(), z["hidden"][0], atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(enc.log_probs[0].numpy(), z["ctc_log_probs"][0], atol=1e-4, rtol=1e-4)
+    np.testing.assert_allclose(enc.hidden[1, :24].numpy(), z["hidden_second_alone"][0], atol=1e-5, rtol=1e-5)
+    layer = model.encoder.layers[0]
+    for what, change in (("the BatchNorm's running statistics", lambda: layer.conv.norm.running_var.fill_(1.0)),
+                         ("the macaron feed-forward", lambda: layer.ffn_macaron[3].weight.zero_()),
+                         ("the closing LayerNorm", lambda: layer.norm_out.weight.fill_(1.0))):
+        sd = {k: v.clone() for k, v in model.state_dict().items()}
+        with torch.no_grad():
+            change()
+        assert np.abs(_asrkit_encode(model, z).hidden[0].numpy() - z["hidden"][0]).max() > 1e-3, what
+        model.load_state_dict(sd)
+
+
 def test_espnet_config_of_relpos_xl_is_espnets_conformer_without_its_conformer_parts():
     """encoder.pos_enc=relpos_xl: ESPnet's conformer encoder with rel_pos / rel_selfattn (latest),
     no macaron feed-forward, no convolution module, asrkit's activation: the model of the fixture
@@ -543,6 +587,22 @@ def test_espnet_config_of_relpos_xl_is_espnets_conformer_without_its_conformer_p
     assert any(d.startswith("positional encoding: the same, Transformer-XL") for d in diffs)
     conf, diffs = peers.espnet_config(load_config(EQUAL_CONF, []), epochs=3, iters_per_epoch=100)
     assert conf["encoder"] == "transformer"
+
+
+def test_espnet_config_of_the_full_conformer_is_espnets_conformer_with_macaron_and_its_conv_module():
+    """The keys of the fixture's Conformer (CONFORMER_ARGS, kernel 7): ESPnet's conformer encoder with
+    macaron_style, use_cnn_module and that kernel; the BatchNorm's two differences are listed."""
+    cfg = load_config(EQUAL_CONF, CONFORMER_ARGS)
+    conf, diffs = peers.espnet_config(cfg, epochs=3, iters_per_epoch=100)
+    e = conf["encoder_conf"]
+    assert conf["encoder"] == "conformer"
+    assert (e["macaron_style"], e["use_cnn_module"], e["cnn_module_kernel"], e["activation_type"], e["pos_enc_layer_type"]) \
+        == (True, True, 7, "swish", "rel_pos")
+    layer = next(d for d in diffs if d.startswith("encoder layers: the same Conformer layer"))
+    assert "over the real frames" in layer and "zeroes padded frames" in layer
+    for partial in (["encoder.macaron=false"], ["encoder.conv_norm=layer"], ["encoder.pos_enc=sinpos"]):
+        with pytest.raises(peers.PeersError, match="only that Conformer is mapped here"):
+            peers.espnet_config(load_config(EQUAL_CONF, [*CONFORMER_ARGS, *partial]), epochs=3, iters_per_epoch=100)
 
 
 def test_relpos_tables_put_the_same_scheme_first_and_label_the_other():

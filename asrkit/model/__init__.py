@@ -50,7 +50,8 @@ def validate_model_config(cfg) -> None:
     e = cfg.encoder
     for key, value, valid in (("encoder.type", e.type, ENCODERS), ("decoder.type", cfg.decoder.type, ["none", *DECODERS]),
                               ("encoder.activation", e.activation, transformer.ACTIVATIONS),
-                              ("encoder.attention", e.attention, ATTENTIONS)):
+                              ("encoder.attention", e.attention, ATTENTIONS),
+                              ("encoder.conv_norm", e.conv_norm, transformer.CONV_NORMS)):
         if value not in valid:
             raise ConfigError(f"config key {key!r}: invalid value {value!r}; valid: {', '.join(valid)}")
     if e.d_model % e.n_heads:
@@ -64,6 +65,14 @@ def validate_model_config(cfg) -> None:
                           "kernel >= 3 (e.g. 15 frames = 0.6 s after a stride-4 frontend)")
     if e.conv_kernel and e.type != "transformer":
         raise ConfigError(f"config key 'encoder.conv_kernel' is for encoder.type=transformer, not {e.type!r}; remove it")
+    for key, on in (("macaron", e.macaron), ("block_norm", e.block_norm)):
+        if on and (e.type != "transformer" or not e.norm_first):
+            raise ConfigError(f"config key 'encoder.{key}' is for the pre-LN Transformer / Conformer layers "
+                              f"(encoder.type=transformer, encoder.norm_first=true), not encoder.type={e.type!r}, "
+                              f"encoder.norm_first={e.norm_first}; set encoder.norm_first=true or remove it")
+    if e.conv_norm != "layer" and not e.conv_kernel:
+        raise ConfigError(f"config key 'encoder.conv_norm'={e.conv_norm!r} is the convolution module's norm, and "
+                          "encoder.conv_kernel=0 has none; set encoder.conv_kernel (e.g. 15) or remove it")
     check_frontend_config(cfg)
     kind = ENCODERS[e.type]
     if e.options and not kind.has_options:

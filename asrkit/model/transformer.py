@@ -2,7 +2,12 @@
 
 Post-LN as in the paper (``norm_first=False``) or pre-LN. ``encoder.conv_kernel`` > 0 adds the
 Conformer's convolution module (Gulati et al., 2020) to every layer, between attention and
-feed-forward; the positional encoding is untouched, so encodings still differ by one key.
+feed-forward; the positional encoding is untouched, so encodings still differ by one key. The
+rest of the Conformer block is three more keys: ``encoder.macaron`` (a second feed-forward
+before attention, both feed-forward residuals halved), ``encoder.block_norm`` (a LayerNorm
+closing every layer) and ``encoder.conv_norm: batch`` (the paper's BatchNorm in the convolution
+module, over real frames only: :mod:`asrkit.model.batchnorm`); all four on, pre-LN, is ESPnet's
+``conformer`` encoder layer (``macaron_style``, ``use_cnn_module``).
 
 Layer drop skips whole layers at training time; which layers are dropped is drawn from a
 generator seeded per step
@@ -17,12 +22,15 @@ import torch
 from torch import Tensor, nn
 
 from asrkit.model.attention import ATTENTIONS
+from asrkit.model.batchnorm import MaskedBatchNorm
 from asrkit.model.dropout import Dropout
 from asrkit.model.frontend import build_frontend
 from asrkit.model.posenc import build_pos_encoding
 from asrkit.model.posenc.base import PositionalEncoding, PosState
 
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "swish": nn.SiLU}
+#: encoder.conv_norm: the normalization inside the convolution module
+CONV_NORMS = ("layer", "batch")
 
 
 class FeedForward(nn.Sequential):
@@ -32,15 +40,17 @@ class FeedForward(nn.Sequential):
 
 class ConvModule(nn.Module):
     """The Conformer's convolution module: pointwise conv + GLU, depthwise conv over time, norm,
-    swish, pointwise conv. LayerNorm stands in for the paper's BatchNorm (whose statistics would
-    depend on the other utterances of a batch and on its padding), and padded frames are zeroed
-    before the depthwise conv, so a padded batch gives each utterance's outputs alone."""
+    swish, pointwise conv. ``norm``: ``layer`` (LayerNorm, the default: an utterance's output
+    never depends on the other utterances of its batch) or ``batch`` (the paper's and ESPnet's
+    BatchNorm, its statistics over the batch's real frames). Padded frames are zeroed before the
+    depthwise conv, so a padded batch gives each utterance's outputs alone (in eval mode with
+    ``batch``)."""
 
-    def __init__(self, d_model: int, kernel: int, dropout: float):
+    def __init__(self, d_model: int, kernel: int, dropout: float, norm: str = "layer"):
         super().__init__()
         self.pw1 = nn.Linear(d_model, 2 * d_model)
         self.dw = nn.Conv1d(d_model, d_model, kernel, padding=kernel // 2, groups=d_model)
-        self.norm = nn.LayerNorm(d_model)
+        self.norm = MaskedBatchNorm(d_model) if norm == "batch" else nn.LayerNorm(d_model)
         self.pw2 = nn.Linear(d_model, d_model)
         self.act = nn.SiLU()
         self.drop = Dropout(dropout)
@@ -51,18 +61,26 @@ class ConvModule(nn.Module):
         if frame_mask is not None:
             x = x.masked_fill(~frame_mask[..., None], 0.0)
         x = self.dw(x.transpose(1, 2)).transpose(1, 2)
-        return self.pw2(self.drop(self.act(self.norm(x))))
+        x = self.norm(x, frame_mask) if isinstance(self.norm, MaskedBatchNorm) else self.norm(x)
+        return self.pw2(self.drop(self.act(x)))
 
 
 class EncoderLayer(nn.Module):
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, attn_dropout: float,
-                 norm_first: bool, activation: str = "relu", attention: str = "softmax", conv_kernel: int = 0):
+                 norm_first: bool, activation: str = "relu", attention: str = "softmax", conv_kernel: int = 0,
+                 macaron: bool = False, block_norm: bool = False, conv_norm: str = "layer"):
         super().__init__()
         self.attn = ATTENTIONS[attention](d_model, n_heads, attn_dropout)
         self.ffn = FeedForward(d_model, d_ff, dropout, activation)
         self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
-        if conv_kernel:  # only then: state dicts of plain Transformer layers keep their keys
-            self.conv, self.norm_conv = ConvModule(d_model, conv_kernel, dropout), nn.LayerNorm(d_model)
+        # optional parts exist only when used: state dicts of plain Transformer layers keep their keys
+        if conv_kernel:
+            self.conv, self.norm_conv = ConvModule(d_model, conv_kernel, dropout, conv_norm), nn.LayerNorm(d_model)
+        if macaron:  # the Conformer's first half-step feed-forward (pre-LN only: checked in the config)
+            self.ffn_macaron, self.norm_macaron = FeedForward(d_model, d_ff, dropout, activation), nn.LayerNorm(d_model)
+        if block_norm:
+            self.norm_out = nn.LayerNorm(d_model)
+        self.ff_scale = 0.5 if macaron else 1.0
         self.drop = Dropout(dropout)
         self.norm_first = norm_first
 
@@ -70,10 +88,13 @@ class EncoderLayer(nn.Module):
         frame_mask = None if key_mask is None else key_mask[:, 0, 0, :]
         has_conv = hasattr(self, "conv")
         if self.norm_first:
+            if hasattr(self, "ffn_macaron"):
+                x = x + self.ff_scale * self.drop(self.ffn_macaron(self.norm_macaron(x)))
             x = x + self.drop(self.attn(self.norm1(x), key_mask, pos, state, i))
             if has_conv:
                 x = x + self.drop(self.conv(self.norm_conv(x), frame_mask))
-            return x + self.drop(self.ffn(self.norm2(x)))
+            x = x + self.ff_scale * self.drop(self.ffn(self.norm2(x)))
+            return self.norm_out(x) if hasattr(self, "norm_out") else x
         x = self.norm1(x + self.drop(self.attn(x, key_mask, pos, state, i)))
         if has_conv:
             x = self.norm_conv(x + self.drop(self.conv(x, frame_mask)))
@@ -92,7 +113,7 @@ class TransformerEncoder(nn.Module):
         self.proj = nn.Linear(d_in, d) if d_in != d else nn.Identity()
         self.layers = nn.ModuleList(
             EncoderLayer(d, cfg.n_heads, cfg.d_ff, cfg.dropout, cfg.attn_dropout, cfg.norm_first, cfg.activation, cfg.attention,
-                         cfg.conv_kernel)
+                         cfg.conv_kernel, cfg.macaron, cfg.block_norm, cfg.conv_norm)
             for _ in range(cfg.n_layers)
         )
         self.final_norm = nn.LayerNorm(d) if cfg.norm_first else nn.Identity()

@@ -25,6 +25,7 @@ from asrkit.data.dataset import stable_seed
 from asrkit.data.sampling import ResumableSampler, make_sampler
 from asrkit.model import build_model
 from asrkit.model.asr import NoFramesError
+from asrkit.model.batchnorm import stats_paused
 from asrkit.schema import ConfigError
 from asrkit.tokenizer import load_tokenizer
 from asrkit.training import TrainingError
@@ -230,7 +231,8 @@ class Trainer:
         local = to_device(batch if real else (self._spare or stand_in_batch(self.cfg)), self.device)
         self.model.set_step(stable_seed(self.seed, "layer_drop", self.step, micro))  # same layers dropped on every rank
         no_sync = self.dist.distributed and not sync
-        with self.ddp_model.no_sync() if no_sync else contextlib.nullcontext():
+        with (self.ddp_model.no_sync() if no_sync else contextlib.nullcontext(),
+              contextlib.nullcontext() if real else stats_paused(self.model)):
             loss_sum = self.forward(local)
             if not real:
                 loss_sum = loss_sum * 0.0  # a stand-in: runs the collectives, contributes nothing

@@ -169,17 +169,22 @@ def equal_bench(cfg, config_path: Path, durations: list[float], *, steps: int, w
                 threads: int, vocab: int, espnet_venv: Path, env: dict, overrides: list[str]) -> dict:
     """A B A B rounds of both sides' workers; returns every round and the summaries."""
     e = cfg.encoder
+    conformer = (e.conv_kernel > 0 and e.macaron and e.block_norm and e.conv_norm == "batch" and e.pos_enc == "relpos_xl"
+                 and e.activation in ("relu", "swish"))
+    plain = not (e.conv_kernel or e.macaron or e.block_norm) and e.activation == "relu"
     if cfg.frontend.type != "conv2d" or getattr(cfg.frontend, "padding", "half") != "none" \
             or cfg.frontend.channels != e.d_model or e.pos_enc not in ("sinpos", "relpos_xl") or not e.norm_first \
-            or e.conv_kernel or e.activation != "relu":
+            or not (plain or conformer):
         raise PeersError(f"{config_path}: --arch espnet needs ESPnet's model (frontend conv2d, padding none, channels = "
-                         f"d_model; sinpos, or relpos_xl for its rel_pos; norm_first; ReLU; no conv module), as "
-                         f"{DEFAULT_CONFIG} has it")
+                         f"d_model; sinpos, or relpos_xl for its rel_pos; norm_first; ReLU Transformer layers, or its "
+                         f"whole Conformer layer: relpos_xl with encoder.conv_kernel=K encoder.macaron=true "
+                         f"encoder.block_norm=true encoder.conv_norm=batch), as {DEFAULT_CONFIG} has it")
     batches_s = length_batches(durations, cfg.data.max_duration)
     frames = [[int(round(d / HOP)) for d in b] for b in batches_s]
     dec = [[int(round(d / HOP)) for d in b] for b in length_batches(durations, cfg.data.max_duration / 4)]
     spec = {"config": str(config_path), "overrides": overrides,
-            "encoder": "relpos_xl" if e.pos_enc == "relpos_xl" else "transformer", "d": e.d_model, "layers": e.n_layers,
+            "encoder": "conformer" if conformer else "relpos_xl" if e.pos_enc == "relpos_xl" else "transformer",
+            "activation": e.activation, "kernel": e.conv_kernel, "d": e.d_model, "layers": e.n_layers,
             "heads": e.n_heads, "ff": e.d_ff, "vocab": vocab, "n_mels": cfg.features.n_mels, "lr": cfg.optim.lr,
             "clip": cfg.optim.clip_grad, "threads": threads, "flush_denormal": True, "warmup": warmup,
             "steps": steps, "batches": frames, "decode_batches": dec}
@@ -219,7 +224,9 @@ def format_equal(res: dict, cpu: str, threads: int, command: str) -> str:
     sp = res["spec"]
     what = ("Transformer layers with Transformer-XL relative positions (ESPnet's conformer encoder with rel_pos, "
             "no macaron, no convolution module; asrkit relpos_xl)" if sp.get("encoder") == "relpos_xl"
-            else "CTC Transformer")
+            else f"Conformer (macaron feed-forward, convolution module of kernel {sp.get('kernel')} with BatchNorm, "
+                 f"rel_pos, {sp.get('activation')}; asrkit relpos_xl + encoder.macaron/block_norm/conv_norm=batch)"
+            if sp.get("encoder") == "conformer" else "CTC Transformer")
     L = [f"## The same model on both sides: ESPnet's {what} ({sp['layers']} x {sp['d']}, {sp['heads']} heads, "
          f"d_ff {sp['ff']}, conv2d subsampling), model step only", "",
          f"`{command}` on {cpu}, {threads} threads per side, {len(res['rounds']['asrkit'])} rounds per side "

@@ -41,10 +41,15 @@ def espnet_config(cfg, *, epochs: int, iters_per_epoch: int, typical_frames: int
     if e.type != "transformer" or e.attention != "softmax":
         raise PeersError(f"encoder.type={e.type!r}, encoder.attention={e.attention!r}: only the softmax Transformer "
                          "has an ESPnet counterpart here")
-    if e.conv_kernel:
-        raise PeersError(f"encoder.conv_kernel={e.conv_kernel}: the Conformer layers are not mapped to ESPnet here (its "
-                         "conformer encoder differs: BatchNorm, macaron feed-forward); compare a Transformer config, "
-                         "e.g. egs/speechocean762/asr1/conf/train.yaml")
+    conformer = bool(e.conv_kernel or e.macaron or e.block_norm)
+    if conformer and not (e.conv_kernel and e.macaron and e.block_norm and e.conv_norm == "batch" and e.norm_first
+                          and e.pos_enc == "relpos_xl" and e.activation in ("relu", "swish")):
+        raise PeersError(
+            f"encoder.conv_kernel={e.conv_kernel}, encoder.macaron={e.macaron}, encoder.block_norm={e.block_norm}, "
+            f"encoder.conv_norm={e.conv_norm}, encoder.pos_enc={e.pos_enc}: ESPnet's Conformer layer is asrkit's with "
+            "encoder.conv_kernel=K encoder.macaron=true encoder.block_norm=true encoder.conv_norm=batch "
+            "encoder.norm_first=true and its relative positions (encoder.pos_enc=relpos_xl 'encoder.pos={}'); "
+            "only that Conformer is mapped here, or a Transformer config without those keys")
     if cfg.decoder.type != "none":
         raise PeersError(f"decoder.type={cfg.decoder.type!r}: this comparison is CTC only (decoder.type=none)")
     if cfg.tokens.kind != "letters":
@@ -142,11 +147,17 @@ def espnet_config(cfg, *, epochs: int, iters_per_epoch: int, typical_frames: int
     same_xl = (e.pos_enc == "relpos_xl" and pos.get("scale_input", True)
                and abs(float(pos.get("frame_step", f.hop * fe.stride)) - f.hop * fe.stride) < 1e-9
                and e.activation in ("relu", "swish"))
-    if same_xl:  # ESPnet's Conformer encoder reduced to Transformer layers with its relative positions
+    if same_xl:  # ESPnet's Conformer encoder: its whole layer, or reduced to Transformer layers
         conf["encoder"] = "conformer"
-        conf["encoder_conf"] |= {"macaron_style": False, "use_cnn_module": False, "rel_pos_type": "latest",
+        conf["encoder_conf"] |= {"macaron_style": conformer, "use_cnn_module": conformer, "rel_pos_type": "latest",
                                  "pos_enc_layer_type": "rel_pos", "selfattention_layer_type": "rel_selfattn",
-                                 "activation_type": e.activation}
+                                 "activation_type": e.activation} | ({"cnn_module_kernel": e.conv_kernel} if conformer else {})
+    if conformer:
+        diffs.append(f"encoder layers: the same Conformer layer (macaron feed-forward, convolution module of kernel "
+                     f"{e.conv_kernel} with BatchNorm, a LayerNorm closing each layer); asrkit's BatchNorm takes its "
+                     "batch statistics over the real frames and moves its running statistics once per step, ESPnet's "
+                     "over every frame of the padded batch, once per forward; asrkit zeroes padded frames before the "
+                     "depthwise convolution, ESPnet convolves them")
     if same_frontend:
         diffs.append("frontend: the same (ESPnet's conv2d subsampling: 3x3 stride 2 twice, no padding, "
                      f"{e.d_model} channels, then Linear); ESPnet's padded batches give a shorter utterance up to 2 "
@@ -164,8 +175,9 @@ def espnet_config(cfg, *, epochs: int, iters_per_epoch: int, typical_frames: int
     diffs.append("positional encoding: the same (x sqrt(d) + the sinusoid of the frame index, sin / cos interleaved)"
                  if same_pos else
                  "positional encoding: the same, Transformer-XL's relative positions (asrkit relpos_xl; ESPnet's "
-                 "conformer encoder with rel_pos / rel_selfattn, rel_pos_type latest, no macaron feed-forward, no "
-                 "convolution module: Transformer layers)" if same_xl else
+                 "conformer encoder with rel_pos / rel_selfattn, rel_pos_type latest"
+                 + (")" if conformer else ", no macaron feed-forward, no convolution module: Transformer layers)")
+                 if same_xl else
                  f"positional encoding: asrkit encoder.pos_enc={e.pos_enc}; ESPnet's Transformer encoder with conv2d "
                  "input always adds its sinusoidal absolute encoding (x sqrt(d)) after the subsampling")
     same_pos = same_pos or same_xl

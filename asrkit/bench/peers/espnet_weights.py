@@ -12,7 +12,11 @@ Transformer-XL relative positions and neither macaron feed-forward nor convoluti
 (``rel_pos`` / ``rel_selfattn``, ``rel_pos_type: latest``) maps onto the same model with
 ``encoder.pos_enc: relpos_xl``: its layer norms are named ``norm_mha`` / ``norm_ff``, and its
 per-layer ``linear_pos``, ``pos_bias_u`` and ``pos_bias_v`` are the encoding's
-(tests/fixtures/espnet_encoder_relpos_xl).
+(tests/fixtures/espnet_encoder_relpos_xl). ESPnet's whole Conformer layer (``macaron_style``,
+``use_cnn_module``) maps onto asrkit's with ``encoder.macaron``, ``encoder.block_norm``,
+``encoder.conv_kernel`` and ``encoder.conv_norm: batch``: its pointwise Conv1d's of kernel 1 are
+asrkit's Linears (the kernel axis dropped), its BatchNorm's running statistics come along
+(tests/fixtures/espnet_encoder_conformer).
 """
 from __future__ import annotations
 
@@ -35,6 +39,17 @@ _RENAMES = [
     (r"encoder\.encoders\.(\d+)\.norm_mha\.(weight|bias)", r"encoder.layers.\1.norm1.\2"),
     (r"encoder\.encoders\.(\d+)\.norm_ff\.(weight|bias)", r"encoder.layers.\1.norm2.\2"),
     (r"encoder\.encoders\.(\d+)\.self_attn\.linear_pos\.weight", r"encoder.pos.proj.\1.weight"),
+    # ESPnet's whole Conformer layer: macaron feed-forward, convolution module, a norm closing the layer
+    (r"encoder\.encoders\.(\d+)\.feed_forward_macaron\.w_1\.(weight|bias)", r"encoder.layers.\1.ffn_macaron.0.\2"),
+    (r"encoder\.encoders\.(\d+)\.feed_forward_macaron\.w_2\.(weight|bias)", r"encoder.layers.\1.ffn_macaron.3.\2"),
+    (r"encoder\.encoders\.(\d+)\.norm_ff_macaron\.(weight|bias)", r"encoder.layers.\1.norm_macaron.\2"),
+    (r"encoder\.encoders\.(\d+)\.norm_conv\.(weight|bias)", r"encoder.layers.\1.norm_conv.\2"),
+    (r"encoder\.encoders\.(\d+)\.norm_final\.(weight|bias)", r"encoder.layers.\1.norm_out.\2"),
+    (r"encoder\.encoders\.(\d+)\.conv_module\.pointwise_conv1\.(weight|bias)", r"encoder.layers.\1.conv.pw1.\2"),
+    (r"encoder\.encoders\.(\d+)\.conv_module\.pointwise_conv2\.(weight|bias)", r"encoder.layers.\1.conv.pw2.\2"),
+    (r"encoder\.encoders\.(\d+)\.conv_module\.depthwise_conv\.(weight|bias)", r"encoder.layers.\1.conv.dw.\2"),
+    (r"encoder\.encoders\.(\d+)\.conv_module\.norm\.(weight|bias|running_mean|running_var|num_batches_tracked)",
+     r"encoder.layers.\1.conv.norm.\2"),
     (r"encoder\.after_norm\.(weight|bias)", r"encoder.final_norm.\1"),
     (r"ctc\.ctc_lo\.(weight|bias)", r"ctc_head.\1"),
 ]
@@ -61,7 +76,10 @@ def espnet_to_asrkit(params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             continue
         for pat, rep in _RENAMES:
             if re.fullmatch(pat, name):
-                out[re.sub(pat, rep, name)] = np.asarray(value)
+                value = np.asarray(value)
+                if ".pointwise_conv" in name and value.ndim == 3:  # Conv1d of kernel 1 = Linear
+                    value = value[..., 0]
+                out[re.sub(pat, rep, name)] = value
                 break
         else:
             raise PeersError(f"ESPnet parameter {name!r} has no counterpart in asrkit's Transformer here "
@@ -81,7 +99,7 @@ def load_espnet_weights(model, params: dict[str, np.ndarray]) -> None:
     """Copy ESPnet's weights into asrkit's ``model`` (strict: every asrkit tensor set, same shapes)."""
     import torch
 
-    sd = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in espnet_to_asrkit(params).items()}
+    sd = {k: torch.from_numpy(np.array(v, order="C")) for k, v in espnet_to_asrkit(params).items()}  # 0-d stays 0-d
     own = model.state_dict()
     missing = sorted(set(own) - set(sd))
     extra = sorted(set(sd) - set(own))

@@ -6,6 +6,8 @@ counts at a given size.
     tools/peers/espnet/.venv/bin/python tools/peers/espnet/encoder_fixture.py count --d 192 --layers 6 --ff 768 --vocab 30
     tools/peers/espnet/.venv/bin/python tools/peers/espnet/encoder_fixture.py fixture tests/fixtures/espnet_encoder_relpos_xl \
         --encoder relpos_xl
+    tools/peers/espnet/.venv/bin/python tools/peers/espnet/encoder_fixture.py fixture tests/fixtures/espnet_encoder_conformer \
+        --encoder conformer
 
 ``fixture``: a tiny encoder (``--d 32 --layers 2 --heads 4 --ff 64``, conv2d input layer,
 normalize_before) + CTC head built by ESPnet with ``torch.manual_seed(0)``, its parameters perturbed
@@ -38,6 +40,11 @@ import torch
 #: positions (no macaron feed-forward, no convolution module), ReLU feed-forward
 RELPOS_XL = dict(macaron_style=False, use_cnn_module=False, rel_pos_type="latest", pos_enc_layer_type="rel_pos",
                  selfattention_layer_type="rel_selfattn", activation_type="relu")
+#: --encoder conformer: ESPnet's whole Conformer layer (macaron feed-forward, convolution module with
+#: BatchNorm, a LayerNorm closing each layer), its relative positions, swish
+CONFORMER = dict(macaron_style=True, use_cnn_module=True, cnn_module_kernel=7, rel_pos_type="latest",
+                 pos_enc_layer_type="rel_pos", selfattention_layer_type="rel_selfattn", activation_type="swish")
+ENCODERS = {"relpos_xl": RELPOS_XL, "conformer": CONFORMER}
 
 
 def build(d: int, layers: int, heads: int, ff: int, vocab: int, n_mels: int = 80, encoder: str = "transformer"):
@@ -48,7 +55,7 @@ def build(d: int, layers: int, heads: int, ff: int, vocab: int, n_mels: int = 80
     common = dict(input_size=n_mels, output_size=d, attention_heads=heads, linear_units=ff, num_blocks=layers,
                   dropout_rate=0.0, positional_dropout_rate=0.0, attention_dropout_rate=0.0, input_layer="conv2d",
                   normalize_before=True)
-    enc = TransformerEncoder(**common) if encoder == "transformer" else ConformerEncoder(**common, **RELPOS_XL)
+    enc = TransformerEncoder(**common) if encoder == "transformer" else ConformerEncoder(**common, **ENCODERS[encoder])
     ctc = CTC(odim=vocab, encoder_output_size=d)
     return enc, ctc
 
@@ -82,7 +89,14 @@ def fixture(args) -> None:
         for name, p in list(enc.named_parameters()) + list(ctc.named_parameters()):
             if p.dim() == 1:
                 p.copy_((1.0 if name.endswith(("norm1.weight", "norm2.weight", "norm_mha.weight", "norm_ff.weight",
-                                               "after_norm.weight")) else 0.0) + 0.1 * torch.randn(p.shape, generator=g))
+                                               "after_norm.weight", "norm_ff_macaron.weight", "norm_conv.weight",
+                                               "norm_final.weight", "conv_module.norm.weight")) else 0.0)
+                       + 0.1 * torch.randn(p.shape, generator=g))
+        for name, b in enc.named_buffers():  # BatchNorm's running statistics (used in eval mode)
+            if name.endswith("running_mean"):
+                b.copy_(0.3 * torch.randn(b.shape, generator=g))
+            elif name.endswith("running_var"):
+                b.copy_(0.5 + torch.rand(b.shape, generator=g))
     enc.eval(), ctc.eval()
     fe = DefaultFrontend(fs=16000, n_fft=512, win_length=400, hop_length=160, n_mels=80)
     mvn = UtteranceMVN(norm_means=True, norm_vars=True)
@@ -110,7 +124,7 @@ def fixture(args) -> None:
             "encoder": args.encoder,
             "classes": [("espnet2.asr.encoder.transformer_encoder.TransformerEncoder" if args.encoder == "transformer"
                          else "espnet2.asr.encoder.conformer_encoder.ConformerEncoder (" + ", ".join(
-                             f"{k} {v}" for k, v in RELPOS_XL.items()) + ")")
+                             f"{k} {v}" for k, v in ENCODERS[args.encoder].items()) + ")")
                         + " (input_layer conv2d, normalize_before true, dropout 0)", "espnet2.asr.ctc.CTC",
                         "espnet2.asr.frontend.default.DefaultFrontend (n_fft 512, win 400, hop 160, 80 mels)",
                         "espnet2.layers.utterance_mvn.UtteranceMVN"],
@@ -129,9 +143,10 @@ def main() -> None:
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--ff", type=int, default=64)
     p.add_argument("--vocab", type=int, default=30)
-    p.add_argument("--encoder", choices=["transformer", "relpos_xl"], default="transformer",
+    p.add_argument("--encoder", choices=["transformer", *ENCODERS], default="transformer",
                    help="transformer: TransformerEncoder (absolute sinusoid); relpos_xl: ConformerEncoder with "
-                        "rel_pos / rel_selfattn (latest), no macaron, no convolution module, ReLU")
+                        "rel_pos / rel_selfattn (latest), no macaron, no convolution module, ReLU; conformer: "
+                        "ConformerEncoder with all of it (macaron, convolution module kernel 7, BatchNorm), rel_pos, swish")
     args = p.parse_args()
     if args.what == "count":
         print(json.dumps(count(args)))

@@ -6,7 +6,8 @@ CTC) trained for a few optimizer steps on given batches, timed, for ``python -m 
 
 The spec (JSON): ``encoder`` (``transformer``, the default, or ``relpos_xl``: ESPnet's conformer
 encoder with rel_pos / rel_selfattn and neither macaron feed-forward nor convolution module, as
-asrkit's ``encoder.pos_enc: relpos_xl``), ``d, layers, heads, ff, vocab, n_mels, lr, clip, threads, flush_denormal,
+asrkit's ``encoder.pos_enc: relpos_xl``; or ``conformer``: that encoder's whole layer, macaron and
+convolution module of kernel ``kernel``, activation ``activation``), ``d, layers, heads, ff, vocab, n_mels, lr, clip, threads, flush_denormal,
 warmup, steps, batches`` (a list of lists of utterance lengths in 10 ms frames, cycled),
 ``decode_batches`` (the same for decoding), ``profile`` (bool). Features and targets come from
 ``numpy.random.default_rng(batch index)``: both sides see the same numbers. One step = encoder
@@ -63,6 +64,10 @@ def main() -> None:
         enc = ConformerEncoder(**common, macaron_style=False, use_cnn_module=False, rel_pos_type="latest",
                                pos_enc_layer_type="rel_pos", selfattention_layer_type="rel_selfattn",
                                activation_type="relu")
+    elif spec["encoder"] == "conformer":  # its whole Conformer layer
+        enc = ConformerEncoder(**common, macaron_style=True, use_cnn_module=True, cnn_module_kernel=spec["kernel"],
+                               rel_pos_type="latest", pos_enc_layer_type="rel_pos",
+                               selfattention_layer_type="rel_selfattn", activation_type=spec["activation"])
     else:
         enc = TransformerEncoder(**common)
     ctc = CTC(odim=spec["vocab"], encoder_output_size=spec["d"])
