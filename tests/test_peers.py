@@ -7,6 +7,7 @@ Fixtures (tests/fixtures/espnet/README.md): real output of ESPnet 202511's ``asr
 """
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -451,6 +452,53 @@ def test_seed_study_table_groups_each_sides_seeds_and_tests_them_by_speaker(tmp_
                                "espnet_version": "202511", "cpu": "a CPU", "threads": 2, "date": "today"})
     assert "2 seed(s) a side (1, 2), 1200 optimizer steps each" in text
     assert "ESPnet decodes `latest.pth`" in text and "- a difference" in text
+
+
+def test_asrkit_tlg_row_tunes_on_dev_decodes_with_the_chosen_weights_and_stays_out_of_the_comparison(tmp_path, monkeypatch):
+    """--asrkit-tlg 3: a 3-gram of the side's own training cuts, the TLG graph of its own tokens, the
+    recipe's grid tuned on the dev set, each test set decoded with dev's best weights into
+    decode_<set>_tlg; the seeds table shows it as an asrkit-only table with each seed's weights."""
+    from asrkit.bench.peers import sides
+    from asrkit.bench.peers.cli import tlg_wers
+    from asrkit.bench.peers.table import format_seeds_table
+
+    calls = []
+
+    def fake(cmd, log, env, what, cwd=None):
+        cmd = [str(c) for c in cmd]
+        calls.append(cmd)
+        if cmd[3] == "tune":
+            d = tmp_path / "exps" / "asrkit_seed1" / "tune_dev"
+            d.mkdir(parents=True)
+            (d / "best.args").write_text("decode.lm_weight=1.2 decode.blank_penalty=0.5\n")
+        return {"wall_s": 1.0}
+
+    monkeypatch.setattr(sides, "measured", fake)
+    a = argparse.Namespace(train="train", dev="dev", sets=["test", "test-longform"])
+    r = sides.run_asrkit_tlg(a, tmp_path, {}, "asrkit_seed1", 3)
+    lm, graph, tune, *dec = calls
+    assert lm[3:5] == ["lm", "train"] and lm[lm.index("--order") + 1] == "3" \
+        and lm[lm.index("--text") + 1].endswith("asrkit_seed1/manifests/peers_cuts_train.jsonl.gz")
+    assert graph[graph.index("--tokens") + 1].endswith("asrkit_seed1/tokens.json")
+    assert tune[tune.index("--sets") + 1] == "dev" and sides.TLG_GRID[0] in tune
+    assert [d[d.index("--sets") + 1] for d in dec] == ["test", "test-longform"]
+    for d in dec:
+        assert d[d.index("--suffix") + 1] == "tlg" and d[-2:] == ["decode.lm_weight=1.2", "decode.blank_penalty=0.5"]
+        assert f"decode.lm={r['graph']}" in d and "decode.method=wfst" in d
+    (tmp_path / "asrkit_seed1" / "tlg.json").parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "asrkit_seed1" / "tlg.json").write_text(json.dumps({"run": {}, "result": r}))
+    w = tmp_path / "exps" / "asrkit_seed1" / "decode_test_tlg"
+    w.mkdir(parents=True)
+    (w / "wer.json").write_text(json.dumps({"overall": {"wer": 41.5}}))
+    tlg = tlg_wers(tmp_path, ["test", "test-longform"], [1])
+    assert tlg == {"test": {1: {"wer": 41.5, "best": ["decode.lm_weight=1.2", "decode.blank_penalty=0.5"], "order": 3}}}
+    run = {"train": {"wall_s": 1.0}, "diffs": [], "model": "latest.pth"}
+    text = format_seeds_table({"seeds": [1], "steps": 10, "sets": ["test"], "tlg": tlg,
+                               "compare": {"test": {"asrkit": "50.00", "espnet": "51.00", "diff": "-1.00",
+                                                    "asrkit_wer": 50.0}},
+                               "per_seed": {"asrkit": {1: run}, "espnet": {1: run}}})
+    assert "asrkit only, not compared" in text and "a word 3-gram" in text
+    assert "| test | 50.00 | 41.50 (seed 1: 41.50) | seed 1: lm_weight=1.2 blank_penalty=0.5 |" in text
 
 
 def test_init_from_takes_each_sides_model_of_the_same_seed(tmp_path):

@@ -25,7 +25,7 @@ from asrkit.bench.peers.espnet_config import (
     plan_steps,
 )
 from asrkit.bench.peers.relpos import relpos_bench
-from asrkit.bench.peers.sides import _env, _espnet_version, run_asrkit, run_espnet
+from asrkit.bench.peers.sides import _env, _espnet_version, run_asrkit, run_asrkit_tlg, run_espnet
 from asrkit.bench.peers.table import _compare, _cpu_name, compare_cells, format_seeds_table, format_table
 
 
@@ -72,6 +72,10 @@ def main(argv: list[str]) -> int:
                    help="with --seeds: each side of seed N starts from its own model of seed N of the study in this "
                         "WORK dir (e.g. the mini study's, for speechocean762): asrkit train.init_from=its experiment, "
                         "ESPnet --init_param its decoded checkpoint with its token list")
+    p.add_argument("--asrkit-tlg", type=int, default=0, metavar="ORDER",
+                   help="with --seeds: also decode asrkit's model of each seed with a TLG graph (a word ORDER-gram of "
+                        "the training text, its weights tuned on --dev), an extra row labelled asrkit only "
+                        "(WORK/exps/asrkit_seedN/decode_<set>_tlg; 0 = none, the default)")
     p.add_argument("--relpos-T", type=int, default=1000, help="frames of the relpos micro-benchmark (default: %(default)s)")
     p.add_argument("--relpos-d", type=int, default=0, help="model width (default: the config's encoder.d_model)")
     p.add_argument("--relpos-heads", type=int, default=4, help="attention heads of the relpos micro-benchmark (default: %(default)s)")
@@ -213,6 +217,10 @@ def _main_seeds(args, cfg, env: dict, work: Path, res: dict) -> int:
                     r = run_espnet(args, cfg_s, epochs, iters, work, env, typical, tag=tag, resume=True,
                                    init=init["espnet"] if init else None)
                 _save(done, r, res)
+            tlg = work / f"asrkit_seed{seed}" / "tlg.json"
+            if args.asrkit_tlg and args.only in (None, "asrkit") and not tlg.is_file() \
+                    and (work / f"asrkit_seed{seed}" / "result.json").is_file():
+                _save(tlg, run_asrkit_tlg(args, work, env, f"asrkit_seed{seed}", args.asrkit_tlg), res)
         seeds = [s for s in args.seeds
                  if all((work / f"{side}_seed{s}" / "result.json").is_file() for side in ("asrkit", "espnet"))]
         if args.only in ("asrkit", "espnet") and not seeds:  # one side alone (the other runs elsewhere, or later)
@@ -227,6 +235,7 @@ def _main_seeds(args, cfg, env: dict, work: Path, res: dict) -> int:
         res["per_seed"] = {side: {s: json.loads((work / f"{side}_seed{s}" / "result.json").read_text())["result"]
                                   for s in seeds} for side in ("asrkit", "espnet")}
         res["espnet_version"] = _espnet_version(args.espnet_venv)
+        res["tlg"] = tlg_wers(work, args.sets, seeds)
     except PeersError as e:
         print(f"asrkit bench peers: error: {e}", file=sys.stderr)
         return 1
@@ -239,6 +248,20 @@ def _main_seeds(args, cfg, env: dict, work: Path, res: dict) -> int:
         with atomic_write(args.out) as f:
             f.write(text)
     return 0
+
+
+def tlg_wers(work: Path, sets: list[str], seeds: list[int]) -> dict:
+    """Per set, asrkit's TLG WER of each seed that has one (``--asrkit-tlg``), and its tuned weights."""
+    out: dict[str, dict] = {}
+    for s in sets:
+        for sd in seeds:
+            wer = work / "exps" / f"asrkit_seed{sd}" / f"decode_{s}_tlg" / "wer.json"
+            tlg = work / f"asrkit_seed{sd}" / "tlg.json"
+            if wer.is_file() and tlg.is_file():
+                r = json.loads(tlg.read_text())["result"]
+                out.setdefault(s, {})[sd] = {"wer": json.loads(wer.read_text())["overall"]["wer"], "best": r["best"],
+                                             "order": r["order"]}
+    return out
 
 
 def init_models(study: Path, seed: int) -> dict:

@@ -106,6 +106,34 @@ def run_asrkit(a, cfg_path: Path, steps: int, work: Path, env: dict, tag: str = 
     return out
 
 
+#: the speechocean762 recipe's tuning grid (egs/speechocean762/asr1/run.sh --tune_grid)
+TLG_GRID = ["decode.lm_weight=0.5,0.8,1.0,1.2,1.5,2.0", "decode.blank_penalty=0,0.5,1.0,1.5,2.0"]
+
+
+def run_asrkit_tlg(a, work: Path, env: dict, tag: str, order: int) -> dict:
+    """An extra, asrkit-only decoding of asrkit's side ``tag``: a word ``order``-gram of its training
+    text and the TLG graph of its letters (asrkit lm train / lm graph, as the recipes' stage 3), the
+    LM weight and blank penalty chosen on the dev set (asrkit tune, the recipe's grid), then every
+    test set decoded with them into ``decode_<set>_tlg``. ESPnet has no counterpart here."""
+    w, exp = work / tag, work / "exps" / tag
+    arpa, graph = w / "lm" / f"{order}gram.arpa", w / "lm" / f"graph_{order}gram"
+    asrkit = [sys.executable, "-m", "asrkit"]
+    out: dict[str, Any] = {"order": order, "graph": str(graph)}
+    out["lm"] = measured([*asrkit, "lm", "train", "--text", str(w / "manifests" / f"peers_cuts_{a.train}.jsonl.gz"),
+                          "--order", str(order), "--out", str(arpa)], w / "logs" / "lm_train.log", env, "asrkit lm train")
+    out["graph_build"] = measured([*asrkit, "lm", "graph", "--tokens", str(w / "tokens.json"), "--arpa", str(arpa),
+                                   "--out", str(graph)], w / "logs" / "lm_graph.log", env, "asrkit lm graph")
+    wfst = ["decode.method=wfst", f"decode.lm={graph}"]
+    out["tune"] = measured([*asrkit, "tune", "--exp-dir", str(exp), "--sets", a.dev, "--norm", NORM, *wfst, "--grid",
+                            *TLG_GRID], w / "logs" / "tune.log", env, f"asrkit tune {a.dev}")
+    best = (exp / f"tune_{a.dev}" / "best.args").read_text().split()
+    out["best"] = best
+    out["decode"] = {s: measured([*asrkit, "decode", "--exp-dir", str(exp), "--sets", s, "--suffix", "tlg", "--norm", NORM,
+                                  *wfst, *best], w / "logs" / f"decode_{s}_tlg.log", env, f"asrkit decode {s} (TLG)")
+                     for s in a.sets}
+    return out
+
+
 def _asrkit_params(log: Path) -> float | None:
     m = re.search(r"model: ([\d.]+) M parameters", log.read_text(errors="replace"))
     return float(m.group(1)) * 1e6 if m else None

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -156,6 +157,21 @@ def format_seeds_table(res: dict) -> str:
     for s in res["sets"]:
         c = cmp.get(s, {})
         L.append(f"| {s} | {c.get('asrkit', '-')} | {c.get('espnet', '-')} | {c.get('diff', '-')} |")
+    tlg = res.get("tlg") or {}
+    if tlg:  # asrkit only: no ESPnet counterpart, never in the comparison above
+        L += ["", "asrkit only, not compared: the same asrkit models decoded with a TLG graph (a word "
+              f"{next(iter(next(iter(tlg.values())).values()))['order']}-gram of the training text; LM weight and blank penalty chosen on the dev set "
+              "per seed), beside their greedy WER:", "",
+              "| test set | asrkit greedy WER % | asrkit TLG WER %, mean (per seed) | weights chosen on dev |", "|---|---:|---:|---|"]
+        for s in res["sets"]:
+            per = tlg.get(s, {})
+            if not per:
+                continue
+            mean = statistics.fmean(v["wer"] for v in per.values())
+            L.append(f"| {s} | {cmp.get(s, {}).get('asrkit_wer', float('nan')):.2f} | {mean:.2f} ("
+                     + ", ".join(f"seed {k}: {v['wer']:.2f}" for k, v in sorted(per.items())) + ") | "
+                     + "; ".join(f"seed {k}: {' '.join(x.split('.', 1)[1] for x in v['best'])}" for k, v in sorted(per.items()))
+                     + " |")
     L += ["", "| seed | asrkit training wall (s) | ESPnet training wall (s) | asrkit CPU-s | ESPnet CPU-s |",
           "|---:|---:|---:|---:|---:|"]
     for sd in seeds:
