@@ -495,10 +495,33 @@ def test_asrkit_tlg_row_tunes_on_dev_decodes_with_the_chosen_weights_and_stays_o
     run = {"train": {"wall_s": 1.0}, "diffs": [], "model": "latest.pth"}
     text = format_seeds_table({"seeds": [1], "steps": 10, "sets": ["test"], "tlg": tlg,
                                "compare": {"test": {"asrkit": "50.00", "espnet": "51.00", "diff": "-1.00",
-                                                    "asrkit_wer": 50.0}},
+                                                    "asrkit_wer": 55.0, "asrkit_seeds": {"1": {"wer": 50.0},
+                                                                                         "2": {"wer": 60.0}}}},
                                "per_seed": {"asrkit": {1: run}, "espnet": {1: run}}})
     assert "asrkit only, not compared" in text and "a word 3-gram" in text
     assert "| test | 50.00 | 41.50 (seed 1: 41.50) | seed 1: lm_weight=1.2 blank_penalty=0.5 |" in text
+
+
+def test_seeds_with_the_same_inputs_in_their_own_dirs_are_grouped_and_others_are_not(tmp_path):
+    """Each asrkit seed's manifests and tokens sit in its own dir: asrkit compare may pool seeds whose
+    configs differ in those paths only when the files hold the same content (gzip compared by its
+    content: its header holds the time written; hidden caches ignored)."""
+    import gzip
+    import time
+
+    from asrkit.bench.peers.table import _same_inputs_seed_keys
+
+    for seed in (1, 2):
+        d = tmp_path / f"asrkit_seed{seed}"
+        (d / "manifests" / ".index").mkdir(parents=True)
+        (d / "manifests" / ".index" / f"cache.{seed}.idx").write_text(str(seed))
+        with gzip.GzipFile(d / "manifests" / "peers_cuts_train.jsonl.gz", "wb", mtime=time.time() + seed) as f:
+            f.write(b'{"id": "u1"}\n')
+        (d / "tokens.json").write_text('["a", "b"]')
+    assert _same_inputs_seed_keys(tmp_path, [1, 2]) == ["--seed-keys", "data.manifest_dir,tokens.path"]
+    assert _same_inputs_seed_keys(tmp_path, [1]) == []
+    (tmp_path / "asrkit_seed2" / "tokens.json").write_text('["a", "c"]')
+    assert _same_inputs_seed_keys(tmp_path, [1, 2]) == []
 
 
 def test_init_from_takes_each_sides_model_of_the_same_seed(tmp_path):

@@ -101,7 +101,8 @@ def _compare(work: Path, sets: list[str], seeds: list[int] | None = None) -> dic
     out = work / "compare"
     if seeds:
         dirs = [str(work / "exps" / f"{side}_seed{s}") for side in ("asrkit", "espnet") for s in seeds]
-        cmd = [sys.executable, "-m", "asrkit", "compare", *dirs, "--sign-unit", "speaker"]
+        cmd = [sys.executable, "-m", "asrkit", "compare", *dirs, "--sign-unit", "speaker",
+               *_same_inputs_seed_keys(work, seeds)]
     else:
         cmd = [sys.executable, "-m", "asrkit", "compare", str(work / "exps" / "asrkit"), str(work / "exps" / "espnet"),
                "--names", "asrkit,espnet"]
@@ -112,6 +113,39 @@ def _compare(work: Path, sets: list[str], seeds: list[int] | None = None) -> dic
     doc = json.loads((out / "compare.json").read_text())
     return {"doc": doc, "md": (out / "compare.md").read_text()}
 
+
+
+def _digest(path: Path) -> str:
+    import hashlib
+
+    # a dir: its files, not its hidden caches (asrkit's .index of a manifest, named by its file's stamp)
+    files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith(".")) if path.is_dir() else [path]
+    h = hashlib.sha256()
+    for f in files:
+        h.update(str(f.relative_to(path) if path.is_dir() else f.name).encode())
+        if f.suffix == ".gz":  # the content: a gzip header holds the time it was written
+            import gzip
+
+            with gzip.open(f, "rb") as g:
+                h.update(g.read())
+        else:
+            h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def _same_inputs_seed_keys(work: Path, seeds: list[int]) -> list[str]:
+    """Each asrkit seed of a study prepares its own manifests and tokens (WORK/asrkit_seedN), so
+    their configs name different paths. When those files are identical across the seeds (the same
+    command on the same data; gzip files by their content, their header holds the time written),
+    the paths may differ between seeds: ``--seed-keys`` for them; else
+    nothing (asrkit compare then keeps the seeds apart and says why)."""
+    if len(seeds) < 2:
+        return []
+    for name in ("manifests", "tokens.json"):
+        paths = [work / f"asrkit_seed{s}" / name for s in seeds]
+        if not all(p.exists() for p in paths) or len({_digest(p) for p in paths}) != 1:
+            return []
+    return ["--seed-keys", "data.manifest_dir,tokens.path"]
 
 
 def compare_cells(doc: dict, sets: list[str]) -> dict:
@@ -162,13 +196,16 @@ def format_seeds_table(res: dict) -> str:
         L += ["", "asrkit only, not compared: the same asrkit models decoded with a TLG graph (a word "
               f"{next(iter(next(iter(tlg.values())).values()))['order']}-gram of the training text; LM weight and blank penalty chosen on the dev set "
               "per seed), beside their greedy WER:", "",
-              "| test set | asrkit greedy WER % | asrkit TLG WER %, mean (per seed) | weights chosen on dev |", "|---|---:|---:|---|"]
+              "| test set | asrkit greedy WER %, mean of the same seeds | asrkit TLG WER %, mean (per seed) | "
+              "weights chosen on dev |", "|---|---:|---:|---|"]
         for s in res["sets"]:
             per = tlg.get(s, {})
             if not per:
                 continue
             mean = statistics.fmean(v["wer"] for v in per.values())
-            L.append(f"| {s} | {cmp.get(s, {}).get('asrkit_wer', float('nan')):.2f} | {mean:.2f} ("
+            greedy = cmp.get(s, {}).get("asrkit_seeds", {})
+            g = [greedy[str(k)]["wer"] for k in per if str(k) in greedy]
+            L.append(f"| {s} | {statistics.fmean(g) if len(g) == len(per) else float('nan'):.2f} | {mean:.2f} ("
                      + ", ".join(f"seed {k}: {v['wer']:.2f}" for k, v in sorted(per.items())) + ") | "
                      + "; ".join(f"seed {k}: {' '.join(x.split('.', 1)[1] for x in v['best'])}" for k, v in sorted(per.items()))
                      + " |")
