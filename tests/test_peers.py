@@ -241,11 +241,29 @@ def _equal_model(meta: dict, extra: list[str] = ()):
     return build_model(cfg, s["vocab"]).eval()
 
 
-def _espnet_fixture():
-    z = np.load(ENC_FIX / "encoder.npz")
-    meta = json.loads((ENC_FIX / "meta.json").read_text())
+def _espnet_fixture(fixture: Path = ENC_FIX):
+    z = np.load(fixture / "encoder.npz")
+    meta = json.loads((fixture / "meta.json").read_text())
     params = {k[len("param/"):]: z[k] for k in z.files if k.startswith("param/")}
     return z, meta, params
+
+
+def _use_espnets_layernorm_eps(model) -> None:
+    """ESPnet's LayerNorm eps 1e-12 (asrkit's 1e-5): the one numeric difference between the two."""
+    import torch
+
+    for m in model.modules():
+        if isinstance(m, torch.nn.LayerNorm):
+            m.eps = 1e-12
+
+
+def _assert_espnets_output(enc, z, atol: float = 1e-5) -> None:
+    """asrkit's encoder output ``enc`` for the fixture's padded batch of two is ESPnet's: the
+    longer utterance's hidden states and CTC log-probabilities, the shorter one's output alone."""
+    assert enc.lengths.tolist() == [37, 24]
+    np.testing.assert_allclose(enc.hidden[0].numpy(), z["hidden"][0], atol=atol, rtol=atol)
+    np.testing.assert_allclose(enc.log_probs[0].numpy(), z["ctc_log_probs"][0], atol=1e-4, rtol=1e-4)
+    np.testing.assert_allclose(enc.hidden[1, :24].numpy(), z["hidden_second_alone"][0], atol=atol, rtol=atol)
 
 
 def _asrkit_encode(model, z):
@@ -272,21 +290,10 @@ def test_espnet_weights_give_espnets_encoder_output_in_asrkit():
     assert meta["out_lens"] == [37, 26] and meta["out_lens_second_alone"] == [24]
     model = _equal_model(meta)
     load_espnet_weights(model, params)
-    enc = _asrkit_encode(model, z)
-    assert enc.lengths.tolist() == [37, 24]
-    np.testing.assert_allclose(enc.hidden[0].numpy(), z["hidden"][0], atol=1e-4, rtol=1e-4)
-    np.testing.assert_allclose(enc.log_probs[0].numpy(), z["ctc_log_probs"][0], atol=1e-4, rtol=1e-4)
-    np.testing.assert_allclose(enc.hidden[1, :24].numpy(), z["hidden_second_alone"][0], atol=1e-4, rtol=1e-4)
-    # the one numeric difference: ESPnet's LayerNorm eps 1e-12, asrkit's 1e-5; with ESPnet's eps the
-    # outputs agree to float32 rounding
-    import torch
-
-    for m in model.modules():
-        if isinstance(m, torch.nn.LayerNorm):
-            m.eps = 1e-12
-    enc = _asrkit_encode(model, z)
-    np.testing.assert_allclose(enc.hidden[0].numpy(), z["hidden"][0], atol=1e-5, rtol=1e-5)
-    np.testing.assert_allclose(enc.hidden[1, :24].numpy(), z["hidden_second_alone"][0], atol=1e-5, rtol=1e-5)
+    _assert_espnets_output(_asrkit_encode(model, z), z, atol=1e-4)
+    # with ESPnet's LayerNorm eps the outputs agree to float32 rounding
+    _use_espnets_layernorm_eps(model)
+    _assert_espnets_output(_asrkit_encode(model, z), z)
 
 
 @pytest.mark.parametrize("override", ["frontend.padding=half", "encoder.pos.interleaved=false",
@@ -580,20 +587,12 @@ def test_espnet_relpos_weights_give_espnets_encoder_output_in_asrkit():
 
     from asrkit.bench.peers.espnet_weights import load_espnet_weights
 
-    z = np.load(ENC_XL_FIX / "encoder.npz")
-    meta = json.loads((ENC_XL_FIX / "meta.json").read_text())
-    params = {k[len("param/"):]: z[k] for k in z.files if k.startswith("param/")}
+    z, meta, params = _espnet_fixture(ENC_XL_FIX)
     assert meta["encoder"] == "relpos_xl" and meta["out_lens"] == [37, 26]
     model = _equal_model(meta, ["encoder.pos_enc=relpos_xl", "encoder.pos={}"])
     load_espnet_weights(model, params)
-    for m in model.modules():  # ESPnet's LayerNorm eps (the one numeric difference, measured above)
-        if isinstance(m, torch.nn.LayerNorm):
-            m.eps = 1e-12
-    enc = _asrkit_encode(model, z)
-    assert enc.lengths.tolist() == [37, 24]
-    np.testing.assert_allclose(enc.hidden[0].numpy(), z["hidden"][0], atol=1e-5, rtol=1e-5)
-    np.testing.assert_allclose(enc.log_probs[0].numpy(), z["ctc_log_probs"][0], atol=1e-4, rtol=1e-4)
-    np.testing.assert_allclose(enc.hidden[1, :24].numpy(), z["hidden_second_alone"][0], atol=1e-5, rtol=1e-5)
+    _use_espnets_layernorm_eps(model)
+    _assert_espnets_output(_asrkit_encode(model, z), z)
     # the position term matters: without the lag sinusoids' projection the output is not ESPnet's
     with torch.no_grad():
         for proj in model.encoder.pos.proj:
@@ -618,22 +617,14 @@ def test_espnet_conformer_weights_give_espnets_encoder_output_in_asrkit():
 
     from asrkit.bench.peers.espnet_weights import load_espnet_weights
 
-    z = np.load(ENC_CONFORMER_FIX / "encoder.npz")
-    meta = json.loads((ENC_CONFORMER_FIX / "meta.json").read_text())
-    params = {k[len("param/"):]: z[k] for k in z.files if k.startswith("param/")}
+    z, meta, params = _espnet_fixture(ENC_CONFORMER_FIX)
     assert meta["encoder"] == "conformer" and meta["out_lens"] == [37, 26]
     model = _equal_model(meta, CONFORMER_ARGS)
     n_espnet = sum(v.size for k, v in params.items() if not k.endswith(("running_mean", "running_var", "num_batches_tracked")))
     assert sum(p.numel() for p in model.parameters()) == n_espnet
     load_espnet_weights(model, params)
-    for m in model.modules():  # ESPnet's LayerNorm eps
-        if isinstance(m, torch.nn.LayerNorm):
-            m.eps = 1e-12
-    enc = _asrkit_encode(model, z)
-    assert enc.lengths.tolist() == [37, 24]
-    np.testing.assert_allclose(enc.hidden[0].numpy(), z["hidden"][0], atol=1e-5, rtol=1e-5)
-    np.testing.assert_allclose(enc.log_probs[0].numpy(), z["ctc_log_probs"][0], atol=1e-4, rtol=1e-4)
-    np.testing.assert_allclose(enc.hidden[1, :24].numpy(), z["hidden_second_alone"][0], atol=1e-5, rtol=1e-5)
+    _use_espnets_layernorm_eps(model)
+    _assert_espnets_output(_asrkit_encode(model, z), z)
     layer = model.encoder.layers[0]
     for what, change in (("the BatchNorm's running statistics", lambda: layer.conv.norm.running_var.fill_(1.0)),
                          ("the macaron feed-forward", lambda: layer.ffn_macaron[3].weight.zero_()),
