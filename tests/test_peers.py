@@ -682,3 +682,17 @@ def test_relpos_tables_put_the_same_scheme_first_and_label_the_other():
     assert "| 2.00x (paired) |" in other and "Not like for like" in other
     old = {k: v for k, v in r.items() if not k.startswith(("asrkit_xl", "xl_"))}  # saved before relpos_xl
     assert "the same scheme" not in "\n".join(format_relpos(old))
+
+
+def test_each_mode_prints_its_table_keeps_its_figures_and_writes_out(tmp_path, capsys):
+    """The three modes (one run, seeds, equal) report through one function: the table on stdout,
+    the figures as JSON under the work dir (made if missing) and the table at --out when given."""
+    from asrkit.bench.peers.cli import _report
+
+    res = {"total_s": 1.5, "path": Path("x")}
+    _report("| a | b |", res, tmp_path / "work" / "peers.json", tmp_path / "table.md")
+    assert capsys.readouterr().out == "| a | b |\n"
+    assert json.loads((tmp_path / "work" / "peers.json").read_text()) == {"total_s": 1.5, "path": "x"}
+    assert (tmp_path / "table.md").read_text() == "| a | b |"
+    _report("t", res, tmp_path / "work" / "equal.json", None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["table.md", "work"]

@@ -153,14 +153,7 @@ def main(argv: list[str]) -> int:
         return 1
     res["total_s"] = time.time() - t0
     text = format_table(res)
-    print(text)
-    work.mkdir(parents=True, exist_ok=True)
-    (work / "peers.json").write_text(json.dumps(res, indent=1, default=str))
-    if args.out:
-        from asrkit.utils import atomic_write
-
-        with atomic_write(args.out) as f:
-            f.write(text)
+    _report(text, res, work / "peers.json", args.out)
     return 0
 
 
@@ -240,13 +233,7 @@ def _main_seeds(args, cfg, env: dict, work: Path, res: dict) -> int:
         print(f"asrkit bench peers: error: {e}", file=sys.stderr)
         return 1
     text = format_seeds_table(res)
-    print(text)
-    (work / "peers_seeds.json").write_text(json.dumps(res, indent=1, default=str))
-    if args.out:
-        from asrkit.utils import atomic_write
-
-        with atomic_write(args.out) as f:
-            f.write(text)
+    _report(text, res, work / "peers_seeds.json", args.out)
     return 0
 
 
@@ -303,13 +290,17 @@ def _main_equal(args, cfg, argv: list[str]) -> int:
         return 1
     command = "python -m asrkit.bench peers " + " ".join(shlex.quote(a) for a in argv)
     text = format_equal(res, _cpu_name(), args.threads, command)
-    print(text)
-    work = args.work.resolve()
-    work.mkdir(parents=True, exist_ok=True)
-    (work / "equal.json").write_text(json.dumps(res, indent=1, default=str))
-    if args.out:
-        from asrkit.utils import atomic_write
-
-        with atomic_write(args.out) as f:
-            f.write(text)
+    _report(text, res, args.work.resolve() / "equal.json", args.out)
     return 0
+
+
+def _report(text: str, res: dict, json_path: Path, out: Path | None) -> None:
+    """Print a mode's table, keep its figures as JSON under the work dir and the table at ``--out``."""
+    from asrkit.utils import atomic_write
+
+    print(text)
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(res, indent=1, default=str))
+    if out:
+        with atomic_write(out) as f:
+            f.write(text)
