@@ -37,9 +37,11 @@ import pytest
 
 import helpers_speech as S
 
-# a hang guard, not a speed target: 1500 steps of a 3 x 96 model on 40 s batches, 22 minutes on the
-# 2-core VM beside three other trainings (2 threads oversubscribed), a few minutes alone
-pytestmark = pytest.mark.timeout(1800)
+# a hang guard, not a speed target: 1500 steps of a 3 x 96 model on 40 s batches, a few minutes
+# alone; 22 minutes on the 2-core VM beside three other trainings, and 1660 s (92 % of the former
+# 1800 s guard) in a whole CI run beside two un-niced CPU-bound trainings (2026-11-28, Cascade Lake:
+# its 2 threads oversubscribed), hence twice that
+pytestmark = pytest.mark.timeout(3600)
 
 FIX = Path(__file__).resolve().parent / "corpora" / "speechocean762"
 SECONDS = 3.5
