@@ -452,12 +452,16 @@ def test_seed_study_table_groups_each_sides_seeds_and_tests_them_by_speaker(tmp_
     assert set(cells["asrkit_seeds"]) == {"1", "2"} and set(cells["espnet_seeds"]) == {"1", "2"}
     assert "±" in cells["asrkit"] and cells["asrkit_wer"] < cells["espnet_wer"]
     assert cells["diff"].startswith("-")
+    # both asrkit seeds better than both ESPnet seeds: the exact permutation test's smallest p with
+    # 2 + 2 seeds, one-sided, 1 / C(4, 2)
+    assert cells["seeds_p"] == f"{1 / 6:.3f}"
     assert c["doc"]["settings"].get("sign_unit") == "speaker"
     run = {"train": {"wall_s": 100.0, "cpu_s": 190.0}, "diffs": ["a difference"], "model": "latest.pth"}
     text = format_seeds_table({"seeds": [1, 2], "steps": 1200, "sets": ["test"], "compare": {"test": cells},
                                "per_seed": {"asrkit": {1: run, 2: run}, "espnet": {1: run, 2: run}},
                                "espnet_version": "202511", "cpu": "a CPU", "threads": 2, "date": "today"})
     assert "2 seed(s) a side (1, 2), 1200 optimizer steps each" in text
+    assert f"| test | {cells['asrkit']} | {cells['espnet']} | {cells['diff']} | 0.167 |" in text
     assert "ESPnet decodes `latest.pth`" in text and "- a difference" in text
 
 

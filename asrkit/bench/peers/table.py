@@ -151,7 +151,7 @@ def _same_inputs_seed_keys(work: Path, seeds: list[int]) -> list[str]:
 def compare_cells(doc: dict, sets: list[str]) -> dict:
     """Per set, from ``asrkit compare``'s compare.json (ESPnet the baseline): the two WER cells
     ``WER [low, high]`` and the difference asrkit - ESPnet ``delta [low, high] p MAPSSWE / sign``
-    with the significance mark."""
+    with the significance mark, and the across-seed exact permutation test's p (``seeds_p``)."""
     def f(x, nd=1):
         return "-" if x is None else f"{x:.{nd}f}"
 
@@ -175,6 +175,7 @@ def compare_cells(doc: dict, sets: list[str]) -> dict:
         cells["diff"] = "-" if not v or v["delta"] is None else (
             f"{v['delta']:+.2f} [{f(v['low'])}, {f(v['high'])}] p {p(v['mapsswe_p'])} / {p(v['sign_p'])}"
             + (f" {v['mark']}" if v.get("mark") else ""))
+        cells["seeds_p"] = p(v.get("seeds_p")) if v else "-"
         out[t["name"]] = cells
     return out
 
@@ -187,10 +188,10 @@ def format_seeds_table(res: dict) -> str:
     L = [f"## WER at equal architecture: asrkit vs ESPnet {res.get('espnet_version', '')}, {len(seeds)} seed(s) a "
          f"side ({', '.join(map(str, seeds))}), {res['steps']} optimizer steps each", "",
          "| test set | asrkit WER % [95 % interval] ±sd (min-max) | ESPnet WER % | asrkit - ESPnet [interval] "
-         "p MAPSSWE / sign (speaker blocks) |", "|---|---:|---:|---:|"]
+         "p MAPSSWE / sign (speaker blocks) | across seeds: exact permutation p |", "|---|---:|---:|---:|---:|"]
     for s in res["sets"]:
         c = cmp.get(s, {})
-        L.append(f"| {s} | {c.get('asrkit', '-')} | {c.get('espnet', '-')} | {c.get('diff', '-')} |")
+        L.append(f"| {s} | {c.get('asrkit', '-')} | {c.get('espnet', '-')} | {c.get('diff', '-')} | {c.get('seeds_p', '-')} |")
     tlg = res.get("tlg") or {}
     if tlg:  # asrkit only: no ESPnet counterpart, never in the comparison above
         L += ["", "asrkit only, not compared: the same asrkit models decoded with a TLG graph (a word "
