@@ -414,3 +414,10 @@ def test_test_command_asks_for_the_dev_extras():
     text = (REPO / "tools" / "test.sh").read_text()
     assert 'ASRKIT_DEV=1 "$root/tools/setup.sh"' in text
     assert "tools/test.sh" in (REPO / ".ci" / "run").read_text()
+
+
+def test_test_command_refuses_a_worker_count_that_is_not_a_number():
+    env = {**os.environ, "ASRKIT_TEST_WORKERS": "two"}
+    r = subprocess.run(["bash", str(REPO / "tools" / "test.sh")], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "ASRKIT_TEST_WORKERS must be a number of processes" in r.stderr and "'two'" in r.stderr
+    assert "[setup]" not in r.stdout  # refused before anything ran
