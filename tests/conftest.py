@@ -20,9 +20,9 @@ def pytest_sessionstart(session):
 
 
 #: the test files that take minutes (tools/test.sh's --durations list), run first: with pytest-xdist's
-#: --dist loadfile --no-loadscope-reorder (tools/test.sh) each goes to a worker at the start instead of
-#: one of them ending the run alone (a quiet 2-core Ice Lake, 2 workers, xdist's own order, files with
-#: more tests first: the speechocean762 learning test, one test, ran minutes after every other test)
+#: --dist loadfile each goes to a worker at the start instead of one of them ending the run alone
+#: (a quiet 2-core Ice Lake, 2 workers: the speechocean762 learning test, last in collection order,
+#: ran 7 minutes after every other test had finished)
 SLOW_FILES_FIRST = ("test_speechocean762_learning.py", "test_mini_recipe.py", "test_learning.py")
 
 
