@@ -19,18 +19,6 @@ def pytest_sessionstart(session):
     logging.getLogger(__name__).info("relpos kernel %s in %.0f s", "ready" if ok else "NOT available", time.time() - t0)
 
 
-#: the test files that take minutes (tools/test.sh's --durations list), run first: with pytest-xdist's
-#: --dist loadfile each goes to a worker at the start instead of one of them ending the run alone
-#: (a quiet 2-core Ice Lake, 2 workers: the speechocean762 learning test, last in collection order,
-#: ran 7 minutes after every other test had finished)
-SLOW_FILES_FIRST = ("test_speechocean762_learning.py", "test_mini_recipe.py", "test_learning.py")
-
-
-def pytest_collection_modifyitems(config, items):
-    first = {name: i for i, name in enumerate(SLOW_FILES_FIRST)}
-    items.sort(key=lambda item: first.get(item.path.name, len(first)))  # stable: the rest keep their order
-
-
 @pytest.fixture(autouse=True)
 def _seed_and_threads():
     import random
