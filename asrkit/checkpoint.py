@@ -325,7 +325,8 @@ def load_latest(exp_dir: Path | str, map_location: Any = "cpu") -> tuple[Optiona
 
 def resolve_checkpoint(exp_dir: Path | str, which: str = "last") -> Path:
     """``last`` (newest), ``best`` (lowest dev WER among epoch checkpoints), ``avg`` (the averaged
-    model written by ``asrkit average``) or a path."""
+    model written by ``asrkit average``), a path, or a checkpoint's name in ``EXP/checkpoints``
+    (``epoch-0003.pt``, ``.pt`` optional)."""
     exp_dir = Path(exp_dir)
     if which == "last":
         cks = list_checkpoints(exp_dir)
@@ -344,6 +345,12 @@ def resolve_checkpoint(exp_dir: Path | str, which: str = "last") -> Path:
             raise FileNotFoundError(f"{p} does not exist (run `asrkit average` first)")
         return p
     p = Path(which)
-    if not p.is_file():
-        raise FileNotFoundError(f"checkpoint {p} does not exist")
-    return p
+    if p.is_file():
+        return p
+    for name in (which, which + ".pt"):
+        if Path(name).name == name and (checkpoint_dir(exp_dir) / name).is_file():
+            return checkpoint_dir(exp_dir) / name
+    names = [c.name for c in list_checkpoints(exp_dir)]
+    have = ", ".join(names[:3] + (["..."] if len(names) > 4 else []) + names[3:][-1:]) or "none yet"
+    raise FileNotFoundError(f"checkpoint {which} does not exist: give last, best, avg, a checkpoint file, or the name "
+                            f"of one in {checkpoint_dir(exp_dir)} ({have})")

@@ -152,6 +152,11 @@ def test_checkpoint_rotation_and_newest_complete(tmp_path):
                      "step-00000004.pt", "step-00000005.pt"]
     assert set(read_index(exp)) == set(names) - {"index.json"}
     assert resolve_checkpoint(exp, "best").name == "epoch-0002.pt"
+    # a name in EXP/checkpoints, with or without .pt; a missing one names what there is
+    assert resolve_checkpoint(exp, "epoch-0003") == resolve_checkpoint(exp, "epoch-0003.pt") == d / "epoch-0003.pt"
+    with pytest.raises(FileNotFoundError, match=r"epoch-0001 does not exist: .* \(step-00000004.pt, step-00000005.pt, "
+                                                 r"epoch-0002.pt, \.\.\., epoch-0005.pt\)"):
+        resolve_checkpoint(exp, "epoch-0001")
     # ordered by training progress, not by file time
     os.utime(d / "step-00000004.pt", (time.time() + 100, time.time() + 100))
     assert [p.name for p in list_checkpoints(exp)][-1] == "epoch-0005.pt"

@@ -184,6 +184,7 @@ def decode_set(model, cfg, tok, cuts, out_dir: Path, set_name: str, hop: float, 
             "wall_seconds": wall, "rtf": wall / max(audio_s, 1e-9), "model_rtf": t_model / max(audio_s, 1e-9),
             "threads": torch.get_num_threads(), "lm": cfg.decode.lm or None, "lm_weight": cfg.decode.lm_weight,
             "blank_penalty": cfg.decode.blank_penalty, "word_bonus": cfg.decode.word_bonus,
+            **({"search_beam": cfg.decode.search_beam, "max_active": cfg.decode.max_active} if cfg.decode.method == "wfst" else {}),
             "device": str(next(model.parameters()).device) if model is not None else cfg.decode.device,
             **({"normalizer": normalizer} if normalizer else {}), **cost}
     with atomic_write(out_dir / "decode_info.json") as f:
@@ -248,7 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="asrkit decode", description=__doc__, epilog=_methods_epilog())
     add_exp_dir(p)
     add_sets(p, "parts of the corpus (cuts manifests) to decode; key=value items among them are overrides")
-    p.add_argument("--checkpoint", default="last", help="last | best | avg | a path")
+    p.add_argument("--checkpoint", default="last", help="last | best | avg | a path | a name in EXP/checkpoints")
     p.add_argument("--raw-weights", action="store_true",
                    help="decode the trained weights, not their moving average (runs with train.ema_decay > 0)")
     p.add_argument("--suffix", default="", help="decode dir suffix (decode_<set>_<suffix>; default: none)")

@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="asrkit export", description=__doc__)
     add_exp_dir(p, help="the trained experiment directory to package")
     add_out(p, "package directory to write (replaced if it is a package)", required=True)
-    p.add_argument("--checkpoint", default="last", help="last | best | avg | a path")
+    p.add_argument("--checkpoint", default="last", help="last | best | avg | a path | a name in EXP/checkpoints")
     p.add_argument("--raw-weights", action="store_true", help="the trained weights, not their moving average")
     p.add_argument("--allow-pickle", action="store_true", help="--exp-dir is a package of format 1 (weights in a "
                    "pickle) that you trust: rewrite it in the current format (docs/sharing_models.md)")

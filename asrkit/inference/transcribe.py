@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a file listing audio paths, one per line (repeatable; - = standard input)")
     p.add_argument("--format", choices=FORMATS, default="text", help="output format")
     add_out(p, "write NAME.<format> per input into this directory instead of to stdout", aliases=["--output-dir"])
-    p.add_argument("--checkpoint", default="last", help="experiment dir only: last | best | avg | a path")
+    p.add_argument("--checkpoint", default="last", help="experiment dir only: last | best | avg | a path | a name in EXP/checkpoints")
     p.add_argument("--raw-weights", action="store_true", help="experiment dir only: not the moving average")
     p.add_argument("--allow-pickle", action="store_true", help="also read a package of format 1 (its weights are a "
                    "pickle: only if you trust its source; docs/sharing_models.md)")

@@ -290,7 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_sets(s, "corpus part holding the utterance (e.g. test)", one=True, legacy_set=True)
         add_overrides(s, positional=False)
         s.add_argument("--utt", required=True, help="utterance (cut) id")
-        s.add_argument("--checkpoint", default="last", help="last | best | avg | a path")
+        s.add_argument("--checkpoint", default="last", help="last | best | avg | a path | a name in EXP/checkpoints")
         s.add_argument("--manifest-dir", default=None, help="default: data.manifest_dir of the experiment's config")
         add_out(s, f"PNG (default: EXP/analysis/{name}_<utt>.png)", default=None)
         if name == "pca":

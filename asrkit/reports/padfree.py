@@ -362,7 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_exp_dir(pc)
     add_sets(pc, "the corpus part to decode", one=True, legacy_set=True)
     pc.add_argument("--hops", default="5,8,10,12,15,20", help="hops in ms (default: %(default)s)")
-    pc.add_argument("--checkpoint", default="last", help="last | best | avg | a path")
+    pc.add_argument("--checkpoint", default="last", help="last | best | avg | a path | a name in EXP/checkpoints")
     pc.add_argument("--device", default="cpu", help="where the model runs: cpu | cuda | cuda:N")
     pc.add_argument("--manifest-dir", default=None, help="default: the experiment's data.manifest_dir")
     pc.add_argument("--max-utts", type=int, default=0, help="at most this many utterances (0: all)")

@@ -203,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_sets(p, "the development set to tune on (one part of the corpus)", one=True, legacy_set=True)
     p.add_argument("--grid", nargs="+", required=True, metavar="decode.KEY=V1,V2,...",
                    help="the values to try of each decode key; every combination is decoded")
-    p.add_argument("--checkpoint", default="last", help="last | best | avg | a path (as asrkit decode)")
+    p.add_argument("--checkpoint", default="last", help="last | best | avg | a path | a name in EXP/checkpoints (as asrkit decode)")
     p.add_argument("--raw-weights", action="store_true", help="the trained weights, not their moving average")
     p.add_argument("--norm", default=None, help="scoring normalizer (default: the corpus's, as asrkit decode)")
     add_out(p, "output dir (default: EXP/tune_<set>)", default=None)
