@@ -224,6 +224,12 @@ class DecodeConfig:
     #: subtracted from the CTC blank's log-probability of every frame before the search (as icefall's
     #: and sherpa-onnx's blank_penalty): > 0 trades deletions for insertions; 0 = off
     blank_penalty: float = 0.0
+    #: wfst: the Viterbi search's pruning beam, in the graph's cost units (Kaldi's and kaldi-decoder's
+    #: ``beam``; divided by decode.lm_weight as the costs are)
+    search_beam: float = 16.0
+    #: wfst: the most states kept per frame (Kaldi's ``max_active``; sherpa-onnx's ctc max_active
+    #: defaults to 3000). Smaller is faster: an under-trained model's flat posteriors fill it
+    max_active: int = 7000
     #: attention decoding: weight of the CTC prefix score in [0, 1] (joint CTC/attention search);
     #: -1 = the model's own ``decoder.options.search_ctc_weight``
     ctc_weight: float = -1.0

@@ -171,3 +171,22 @@ def test_four_gram_graph_uses_three_words_of_context(order, tmp_path):
         assert words == expected, (order, spelled, words)
         h = ctc_prefix_beam_search(lp, torch.tensor([lp.shape[1]]), beam=8, lm=lm, lm_weight=1.0, tokenizer=tok)[0]
         assert tok.decode(h.tokens).split() == expected
+
+
+def test_search_beam_and_max_active_come_from_the_config(letter_graph):
+    """``decode.search_beam`` / ``decode.max_active`` reach kaldi-decoder's options (the beam divided
+    by the LM scale, as the costs are); kaldi-decoder's own limits are config errors, not crashes."""
+    from asrkit.config import load_config
+    from asrkit.decode.methods import Wfst, validate_decode_config
+    from asrkit.schema import ConfigError
+
+    cfg = load_config(None, ["decode.method=wfst", f"decode.lm={letter_graph}", "decode.lm_weight=0.5",
+                             "decode.search_beam=10", "decode.max_active=300"])
+    validate_decode_config(cfg)
+    opts = Wfst(None, cfg, LetterTok()).wfst.options
+    assert (opts.beam, opts.max_active, opts.min_active) == (20.0, 300, 20)
+    # the smallest max_active kaldi-decoder takes (min_active follows it down) still reads clear speech
+    assert _decode(letter_graph, LetterTok(), "the cat sat on the mat", max_active=2)[0] == "the cat sat on the mat".split()
+    for bad in ("decode.max_active=1", "decode.search_beam=0"):
+        with pytest.raises(ConfigError, match="decode.search_beam=.* must be > 0 and decode.max_active=.* >= 2"):
+            validate_decode_config(load_config(None, ["decode.method=wfst", f"decode.lm={letter_graph}", bad]))

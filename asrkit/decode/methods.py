@@ -80,7 +80,8 @@ class Wfst(DecodeMethod):
 
         if not cfg.decode.lm:
             raise ConfigError("decode.method=wfst needs decode.lm (a graph directory built by `asrkit lm graph`)")
-        self.wfst = WfstDecoder(cfg.decode.lm, lm_scale=cfg.decode.lm_weight)
+        self.wfst = WfstDecoder(cfg.decode.lm, beam=cfg.decode.search_beam, max_active=cfg.decode.max_active,
+                                lm_scale=cfg.decode.lm_weight)
 
     def __call__(self, enc: EncoderOutput) -> list[str]:
         return [" ".join(words).upper() for words in self.wfst.decode(enc.log_probs, enc.lengths)]
@@ -158,6 +159,8 @@ def validate_decode_config(cfg) -> None:
         raise ConfigError(f"decode.hop={d.hop} must be >= 0 seconds (0 = the training hop)")
     if d.blank_penalty < 0:
         raise ConfigError(f"decode.blank_penalty={d.blank_penalty} must be >= 0 (0 = off)")
+    if d.search_beam <= 0 or d.max_active < 2:
+        raise ConfigError(f"decode.search_beam={d.search_beam} must be > 0 and decode.max_active={d.max_active} >= 2 (kaldi-decoder's minimum)")
     if d.ctc_weight != -1.0 and not 0.0 <= d.ctc_weight <= 1.0:
         raise ConfigError(f"decode.ctc_weight={d.ctc_weight} must be in [0, 1] (or -1: the model's own)")
     if list(d.bins) != sorted(d.bins):

@@ -412,7 +412,8 @@ class WfstDecoder:
             self.words[int(i)] = w
         self.fst = kaldifst.StdConstFst.read(str(self.graph_dir / "TLG.fst"))
         self.options = kaldi_decoder.FasterDecoderOptions(
-            beam=float(beam) / self.lm_scale, max_active=int(max_active), min_active=int(min_active)
+            beam=float(beam) / self.lm_scale, max_active=int(max_active),
+            min_active=min(int(min_active), int(max_active) - 1),  # kaldi-decoder: min < max
         )
         self._decoder = kaldi_decoder.FasterDecoder(self.fst, self.options)
 
