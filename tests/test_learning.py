@@ -31,7 +31,13 @@ MKL_ENABLE_INSTRUCTIONS=AVX2 DNNL_MAX_CPU_ISA=AVX2``: torch's, MKL's and oneDNN'
 on a CPU without AVX-512; each of the three changes float32 results here): CTC at 260 steps, seeds
 42 / 1 / 2 / 3 with 1 thread and seed 42 with 2 threads: 0.0 % each (at 200 steps, seed 42: 0.0 %,
 so this path is not the AMD EPYC's rounding either); attention seed 42: 0.0 % with 1 and 2 threads,
-its CTC head 21.9 / 18.8 %. Not measured: Intel AMX, AMD EPYC (no such machine lent since).
+its CTC head 21.9 / 18.8 %.
+
+On a second CPU model (2026-11-29, Intel Xeon Ice Lake, family 6 model 106, no AMX; the same
+settings, /work/notes/s23/measure_learning.py): CTC at 260 steps, seed 42: 0.0 (1 thread) / 0.0 (2
+threads); seed 1: 1.56; seeds 2 and 3: 0.0 (1 thread); attention seed 42: 0.0 / 0.0, its CTC head
+15.6 / 18.8: every figure the same as Cascade Lake's. Not measured: Intel AMX, AMD EPYC at 260
+steps (no such machine lent since).
 """
 from __future__ import annotations
 

@@ -18,6 +18,20 @@ the same settings with other synthetic strings, one thread and training seeds 1 
 46.2 / 46.2 / 53.8 %, training utterances 2.2 / 8.7 / 39.1 %. The bounds (70 % and 60 %) sit
 about halfway between the worst of those and a model that does not hear (below).
 
+The spread on a second CPU (2026-11-29, Intel Xeon Ice Lake, family 6 model 106, no AMX; this
+test's corpus and settings, /work/notes/s24/measure_learning.py, training utterances / held-out
+child): seed 42 with 2 threads (this test) 21.7 / 34.6 %, the AMX figures exactly; seed 1 (1
+thread) 28.3 / 57.7; seed 3 23.9 / 53.8; **seed 2 100 / 100 %: that model never leaves CTC's blank
+phase** (its training loss 31-48 at every 100th step from 100 to 1500; the other seeds' falls to
+10-20 between steps 300 and 900; on the AMX VM seed 2 learned, with other synthetic strings). So a
+CPU whose rounding sends this test's own seed the same way would fail it, whatever the bounds.
+Tried against it, one run each: warmup 150 steps instead of 20 (seed 2: 13.0 / 57.7, seed 42: 15.2
+/ 65.4), peak learning rate 0.002 instead of 0.005 (seed 2: 6.5 / 61.5, seed 42: 10.9 / **80.8**),
+0.25 h of synthetic speech instead of 0.1 (seed 2 still 100 / 100), and that without SpecAugment
+(seed 42: 0.0 / 69.2): each either leaves seed 2 in the blank phase or moves the held-out child
+near or past the bound, so none was taken; the test keeps its settings (it passed on the three CPU
+models it has run on: Intel AMX, Cascade Lake, Ice Lake) and the open risk is in issue 57.
+
 Each training recording is placed at a random offset in 3.5 s of background noise at the level of
 its own first 30 ms (the room noise before the child speaks), so the real training inputs have one
 length and the model can tell them apart only by listening (tests/test_learning.py found that
@@ -134,6 +148,7 @@ def test_ctc_learns_real_childrens_speech_and_recognizes_a_new_child(corpus, tmp
     assert len(new) == 7 and sum(len(r["ref"].split()) for r in new) == 26
     table = "\n".join(f"{r['ref']} | {r['hyp']}" for r in seen + new)
     w_seen, w_new = S.wer(seen), S.wer(new)
-    # measured 21.7 % and 34.6 % (other seeds: up to 39.1 % and 53.8 %); a model trained on zeroed
-    # features: 82.6 % and 88.5 % (docstring)
+    # measured 21.7 % and 34.6 % (AMX and Ice Lake alike; other seeds: up to 39.1 % and 57.7 %, and
+    # one seed on Ice Lake stuck in the blank phase at 100 %); a model trained on zeroed features:
+    # 82.6 % and 88.5 % (docstring)
     assert w_seen <= 60.0 and w_new <= 70.0, f"WER training utterances {w_seen:.1f}%, new child {w_new:.1f}%:\n{table}"
