@@ -159,8 +159,10 @@ def validate_decode_config(cfg) -> None:
         raise ConfigError(f"decode.hop={d.hop} must be >= 0 seconds (0 = the training hop)")
     if d.blank_penalty < 0:
         raise ConfigError(f"decode.blank_penalty={d.blank_penalty} must be >= 0 (0 = off)")
-    if d.search_beam <= 0 or d.max_active < 2:
-        raise ConfigError(f"decode.search_beam={d.search_beam} must be > 0 and decode.max_active={d.max_active} >= 2 (kaldi-decoder's minimum)")
+    if d.search_beam <= 0:
+        raise ConfigError(f"decode.search_beam={d.search_beam} must be > 0 (the TLG search's pruning beam; default 16)")
+    if d.max_active < 2:
+        raise ConfigError(f"decode.max_active={d.max_active} must be >= 2 (kaldi-decoder's minimum; default 7000)")
     if d.ctc_weight != -1.0 and not 0.0 <= d.ctc_weight <= 1.0:
         raise ConfigError(f"decode.ctc_weight={d.ctc_weight} must be in [0, 1] (or -1: the model's own)")
     if list(d.bins) != sorted(d.bins):
