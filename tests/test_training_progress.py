@@ -144,6 +144,14 @@ def test_valid_decode_greedy_and_errors(corpus, tmp_path):
     assert entry["dev_wer_method"] == "greedy CTC" and list(entry["dev_wers"]) == ["greedy CTC"]
     # no train.max_steps: the budget is train.max_epochs x the sampler's batches (1 x 8)
     assert re.search(r"step 8/8 100%", _log(exp))
+    # the blank-phase warning appears exactly when asrkit decode of that checkpoint (greedy CTC)
+    # gives only empty hypotheses
+    from asrkit.decode import run as decode_run
+
+    assert decode_run.main(["--exp-dir", str(exp), "--sets", "dev", "--checkpoint", "epoch-0001", "--no-score",
+                            "decode.method=greedy"]) == 0
+    hyps = [json.loads(line)["hyp"] for line in (exp / "decode_dev" / "hyp.jsonl").read_text().splitlines()]
+    assert hyps and ("every dev hypothesis is empty" in _log(exp)) == all(not h.strip() for h in hyps)
 
     for i, (kw, message) in enumerate([
         ({"train__valid_decode": "beam"},
@@ -155,6 +163,23 @@ def test_valid_decode_greedy_and_errors(corpus, tmp_path):
         assert H.run_inprocess(bad, H.overrides(corpus, dev=True, **kw)) == 1
         log = _log(bad)
         assert message in log and "Traceback" not in log and "step 1" not in log  # before any training
+
+
+def test_blank_phase_warning(tmp_path, caplog):
+    """Validation warns, with what to change, only when every hypothesis of every method is empty."""
+    from asrkit.scoring import score_pairs
+    from asrkit.training.monitor import Monitor
+
+    m = Monitor(tmp_path, is_main=True)
+    res = score_pairs([{"id": "u", "ref": "A B", "hyp": "", "duration": 1.0}])
+    with caplog.at_level("WARNING", logger="asrkit.train"):
+        m.dev(3, 1, {"dev_loss": 1.0}, {"greedy CTC": res}, None, {"greedy CTC": 1.0, "wfst TLG": 0.5})
+        assert "every dev hypothesis is empty" not in caplog.text
+        m.dev(4, 2, {"dev_loss": 1.0}, {"greedy CTC": res}, None, {"greedy CTC": 1.0})
+    m.close()
+    line = [r.getMessage() for r in caplog.records if "every dev hypothesis is empty" in r.getMessage()]
+    assert len(line) == 1 and line[0].startswith("epoch 2 step 4: ")
+    assert "encoder.norm_first=true" in line[0] and "optim.warmup_steps" in line[0] and "optim.lr" in line[0]
 
 
 def test_pace_counts_training_time_only(monkeypatch):

@@ -357,8 +357,8 @@ class Trainer:
             self._dev_decoding = DevDecoding(model, self.cfg, self.tokenizer)
         info, results = validate(model, self.dev_cuts, self.cfg, self.tokenizer, self.dist, self.device, self.seed,
                                  self.amp_dtype, self._dev_decoding)
-        seconds = info.pop("seconds", None)
-        self.monitor.dev(self.step, self.epoch, info, results, seconds)
+        seconds, empty = info.pop("seconds", None), info.pop("dev_empty", None)
+        self.monitor.dev(self.step, self.epoch, info, results, seconds, empty)
         return info
 
     def finish(self) -> None:

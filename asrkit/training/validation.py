@@ -134,8 +134,8 @@ class DevDecoding:
 def validate(model: torch.nn.Module, dev_cuts, cfg, tokenizer, dist_info: DistInfo, device: torch.device,
              seed: int, amp_dtype=None, decoding: Optional[DevDecoding] = None) -> tuple[dict, dict]:
     """Returns ``(info, results)`` on rank 0: ``info`` = ``{"dev_loss", "dev_wer", "dev_wer_method",
-    "dev_wers": {label: WER}, "seconds": {"forward" | label: seconds on rank 0}}`` (``dev_wer``: the
-    first method's), ``results`` = ``{label: scoring result (bins)}`` in log order; ``({}, {})`` on
+    "dev_wers": {label: WER}, "dev_empty": {label: share of empty hypotheses}, "seconds": {"forward"
+    | label: seconds on rank 0}}`` (``dev_wer``: the first method's), ``results`` = ``{label: scoring result (bins)}`` in log order; ``({}, {})`` on
     the other ranks or when nothing could be decoded. ``decoding``: the methods (default: built
     from ``cfg`` for ``model``)."""
     from lhotse import CutSet
@@ -183,15 +183,16 @@ def validate(model: torch.nn.Module, dev_cuts, cfg, tokenizer, dist_info: DistIn
     if not dist_info.is_main:
         return {}, {}
     tot_loss, n = sum(g[1] for g in gathered), sum(g[2] for g in gathered)
-    results = {}
+    results, empty = {}, {}
     for label, _, greedy in decoding.entries:
         mine_all = [p for g in gathered for p in g[0][label]]
         if not mine_all:
             logger.warning("validation: no dev utterance could be decoded")
             return {}, {}
         results[label] = score_pairs(mine_all, bins=cfg.decode.bins, normalizer="none" if greedy else decoding.normalizer)
+        empty[label] = sum(not p["hyp"].strip() for p in mine_all) / len(mine_all)
     first = decoding.labels[0]
     info = {"dev_loss": tot_loss / max(1, n), "dev_wer": results[first].wer, "dev_wer_method": first,
-            "dev_wers": {label: r.wer for label, r in results.items()},
+            "dev_wers": {label: r.wer for label, r in results.items()}, "dev_empty": empty,
             "seconds": {k: round(v, 3) for k, v in seconds.items()}}
     return info, results
