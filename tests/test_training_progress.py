@@ -175,11 +175,13 @@ def test_blank_phase_warning(tmp_path, caplog):
     with caplog.at_level("WARNING", logger="asrkit.train"):
         m.dev(3, 1, {"dev_loss": 1.0}, {"greedy CTC": res}, None, {"greedy CTC": 1.0, "wfst TLG": 0.5})
         assert "every dev hypothesis is empty" not in caplog.text
-        m.dev(4, 2, {"dev_loss": 1.0}, {"greedy CTC": res}, None, {"greedy CTC": 1.0})
+        m.dev(4, 2, {"dev_loss": 1.0}, {"greedy CTC": res}, None, {"greedy CTC": 1.0}, post_ln=True)
+        m.dev(5, 3, {"dev_loss": 1.0}, {"greedy CTC": res}, None, {"greedy CTC": 1.0})  # pre-LN already
     m.close()
     line = [r.getMessage() for r in caplog.records if "every dev hypothesis is empty" in r.getMessage()]
-    assert len(line) == 1 and line[0].startswith("epoch 2 step 4: ")
-    assert "encoder.norm_first=true" in line[0] and "optim.warmup_steps" in line[0] and "optim.lr" in line[0]
+    assert len(line) == 2 and line[0].startswith("epoch 2 step 4: ") and line[1].startswith("epoch 3 step 5: ")
+    assert "train again with encoder.norm_first=true (pre-LN), a longer optim.warmup_steps or a lower optim.lr" in line[0]
+    assert "train again with a longer optim.warmup_steps or a lower optim.lr" in line[1]
 
 
 def test_pace_counts_training_time_only(monkeypatch):

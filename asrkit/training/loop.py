@@ -358,7 +358,9 @@ class Trainer:
         info, results = validate(model, self.dev_cuts, self.cfg, self.tokenizer, self.dist, self.device, self.seed,
                                  self.amp_dtype, self._dev_decoding)
         seconds, empty = info.pop("seconds", None), info.pop("dev_empty", None)
-        self.monitor.dev(self.step, self.epoch, info, results, seconds, empty)
+        enc = self.cfg.encoder
+        self.monitor.dev(self.step, self.epoch, info, results, seconds, empty,
+                         post_ln=enc.type == "transformer" and not enc.norm_first)
         return info
 
     def finish(self) -> None:

@@ -197,10 +197,11 @@ class Monitor:
                     lr, grad_norm, where, pace, eta)
 
     def dev(self, step: int, epoch: int, info: dict, results: dict, seconds: Optional[dict] = None,
-            empty: Optional[dict] = None) -> None:
+            empty: Optional[dict] = None, post_ln: bool = False) -> None:
         """``info`` and ``results`` of :func:`asrkit.training.validation.validate` (rank 0);
         ``seconds``: its time (``forward`` and per method); ``empty``: each method's share of empty
-        hypotheses (a warning says so when every hypothesis of every method is empty)."""
+        hypotheses (a warning says so when every hypothesis of every method is empty, and what to
+        change: pre-LN too when ``post_ln``, the encoder being a post-LN Transformer)."""
         if self.writer is None or not results:
             return
         self.writer.add_scalar("dev/loss", info["dev_loss"], step)
@@ -218,11 +219,10 @@ class Monitor:
             cost = f"; {total:.1f} s (" + ", ".join(f"{k} {v:.1f} s" for k, v in seconds.items()) + ")"
         logger.info("epoch %d step %d: dev loss %.3f, %s%s", epoch, step, info["dev_loss"], wers, cost)
         if empty and all(share == 1.0 for share in empty.values()):
+            fixes = ("encoder.norm_first=true (pre-LN), " if post_ln else "") + "a longer optim.warmup_steps or a lower optim.lr"
             logger.warning("epoch %d step %d: every dev hypothesis is empty: the model still emits only blanks. "
                            "CTC models do in their first steps; if this lasts long after the warmup, the run is "
-                           "stuck there: train again with encoder.norm_first=true (pre-LN), a longer "
-                           "optim.warmup_steps or a lower optim.lr (docs/training.md, \"Watching a run\")",
-                           epoch, step)
+                           "stuck there: train again with %s (docs/training.md, \"Watching a run\")", epoch, step, fixes)
 
     def close(self) -> None:
         if self.writer is not None:

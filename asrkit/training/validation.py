@@ -135,9 +135,9 @@ def validate(model: torch.nn.Module, dev_cuts, cfg, tokenizer, dist_info: DistIn
              seed: int, amp_dtype=None, decoding: Optional[DevDecoding] = None) -> tuple[dict, dict]:
     """Returns ``(info, results)`` on rank 0: ``info`` = ``{"dev_loss", "dev_wer", "dev_wer_method",
     "dev_wers": {label: WER}, "dev_empty": {label: share of empty hypotheses}, "seconds": {"forward"
-    | label: seconds on rank 0}}`` (``dev_wer``: the first method's), ``results`` = ``{label: scoring result (bins)}`` in log order; ``({}, {})`` on
-    the other ranks or when nothing could be decoded. ``decoding``: the methods (default: built
-    from ``cfg`` for ``model``)."""
+    | label: seconds on rank 0}}`` (``dev_wer``: the first method's), ``results`` = ``{label:
+    scoring result (bins)}`` in log order; ``({}, {})`` on the other ranks or when nothing could be
+    decoded. ``decoding``: the methods (default: built from ``cfg`` for ``model``)."""
     from lhotse import CutSet
 
     decoding = decoding or DevDecoding(model, cfg, tokenizer)
