@@ -700,3 +700,96 @@ def test_each_mode_prints_its_table_keeps_its_figures_and_writes_out(tmp_path, c
     assert (tmp_path / "table.md").read_text() == "| a | b |"
     _report("t", res, tmp_path / "work" / "equal.json", None)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["table.md", "work"]
+
+
+def _whole_command_side(wall: float, first: float, toolkit: str) -> dict:
+    """One side's result of a round of the whole-command run, as run_asrkit / run_espnet return it."""
+    side = {"train": {"wall_s": wall, "cpu_s": 2 * wall, "peak_rss_bytes": 2**30}, "first_step_s": first,
+            "tokens": {"wall_s": 1.0}, "params": 3.7e6, "epochs_validated": 2,
+            "decode": {"test": {"wall_s": wall / 10, "cpu_s": wall / 5}}}
+    if toolkit == "asrkit":
+        side.update(info={"audio_sec_per_sec": 500.0 / wall, "audio_seconds": 500.0, "steps": 5},
+                    prepare={"wall_s": 2.0})
+    else:
+        side.update(n_batch=2, step_times=[wall / 10] * 5, stats={"wall_s": 3.0}, diffs=["a difference"],
+                    config_path="x.yaml")
+    return side
+
+
+def test_whole_command_rounds_alternate_and_the_table_takes_each_sides_median(tmp_path, monkeypatch):
+    """--rounds N of the whole-command run: A B, B A, ... each side's pipeline once per round
+    (WORK/asrkit, WORK/espnet, then WORK/<side>_round2 ...); the table's times are each side's
+    median over the rounds with the per-round ratios beside them, the WER that of the first round;
+    rounds a side has not finished are left out, a missing first round names its file."""
+    from asrkit.bench.peers import cli
+    from asrkit.bench.peers.table import format_table
+
+    assert cli.round_order(3) == [(0, "asrkit"), (0, "espnet"), (1, "espnet"), (1, "asrkit"),
+                                  (2, "asrkit"), (2, "espnet")]
+    assert [cli.round_tag(s, r) for r, s in cli.round_order(2)] == ["asrkit", "espnet", "espnet_round2",
+                                                                   "asrkit_round2"]
+    ran = []
+    walls = {"asrkit": [100.0, 120.0, 110.0], "espnet": [150.0, 132.0, 1.0]}
+
+    def side_runner(toolkit):
+        def run(a, *args, tag, **kw):
+            ran.append(tag)
+            r = int(tag.rsplit("round", 1)[1]) - 1 if "round" in tag else 0
+            for s in a.sets:  # the decode dir asrkit compare and the per-round WER line read
+                d = tmp_path / "work" / "exps" / tag / f"decode_{s}"
+                d.mkdir(parents=True)
+                (d / "wer.json").write_text(json.dumps({"overall": {"wer": 90.0 + r + (toolkit == "espnet")}}))
+            return _whole_command_side(walls[toolkit][r], 10.0 + r, toolkit)
+        return run
+
+    def prepare(args, cfg, work, res):
+        res.update(steps=5, audio_s={"test": 100.0}, train_durations=[100.0, 150.0], n_utts={"test": 3},
+                   decode_every=1)
+        return {"train": {"u": 1.0}}, 1, 5
+
+    compared = []
+    monkeypatch.setattr(cli, "_prepare", prepare)
+    monkeypatch.setattr(cli, "run_asrkit", side_runner("asrkit"))
+    monkeypatch.setattr(cli, "run_espnet", side_runner("espnet"))
+    monkeypatch.setattr(cli, "_compare", lambda work, sets: compared.append(work) or {"doc": {}, "md": ""})
+    monkeypatch.setattr(cli, "compare_cells", lambda doc, sets: {"test": {"asrkit": "90.00", "espnet": "91.00",
+                                                                          "diff": "-1.00"}})
+    monkeypatch.setattr(cli, "_espnet_version", lambda venv: "202511")
+    monkeypatch.setattr(cli, "config_lines", lambda path: 10)
+    monkeypatch.setattr(cli, "config_settings", lambda path: 20)
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("")
+    work = tmp_path / "work"
+    base = ["--config", "egs/speechocean762/asr1/conf/train_espnet_equal.yaml", "--espnet-venv", str(venv),
+            "--work", str(work), "--sets", "test", "--only", "asr"]
+    assert cli.main([*base, "--rounds", "2"]) == 0
+    assert ran == ["asrkit", "espnet", "espnet_round2", "asrkit_round2"]
+    doc = json.loads((work / "peers.json").read_text())
+    assert [r["asrkit"]["train"]["wall_s"] for r in doc["rounds"]] == [100.0, 120.0]
+    assert doc["round_wers"] == {"asrkit": [{"test": 90.0}, {"test": 91.0}], "espnet": [{"test": 91.0}, {"test": 92.0}]}
+    text = format_table(doc)
+    # wall time: asrkit median(100, 120) = 110, ESPnet median(150, 132) = 141; per round 1.50 and 1.10
+    assert "| training: wall time of the command (s) | 110 | 141 | 1.28x | 1.50, 1.10 |" in text
+    assert "| | asrkit, median of 2 rounds | ESPnet, median of 2 rounds | ESPnet / asrkit | per round |" in text
+    assert "| WER % test [95 % interval]; last column: asrkit - ESPnet [interval] p MAPSSWE / sign | 90.00 | " \
+           "91.00 | -1.00 | first round |" in text
+    assert "| validation passes during training | 2 | 2 | 1.00x |" in text
+    assert "WER % per round (the same command and seed each round): test asrkit 90.00, 91.00, ESPnet 91.00, 92.00." in text
+    # a third round ESPnet has not finished is left out of the table; --only table with 3 reads 2
+    (work / "asrkit_round3").mkdir()
+    (work / "asrkit_round3" / "result.json").write_text((work / "asrkit" / "result.json").read_text())
+    assert cli.main([*base[:-1], "table", "--rounds", "3"]) == 0
+    assert len(json.loads((work / "peers.json").read_text())["rounds"]) == 2
+    # one round: the one-round table, no per-round column
+    one = format_table(dict(doc, rounds=doc["rounds"][:1]))
+    assert "| training: wall time of the command (s) | 100 | 150 | 1.50x |\n" in one
+    res = {"steps": 5, "sets": ["test"]}
+    (work / "espnet" / "result.json").unlink()
+    with pytest.raises(peers.PeersError, match=r"no result of .*work/espnet/result.json: run that side first"):
+        cli.load_rounds(work, res, 2)
+    res["steps"] = 6
+    (work / "espnet" / "result.json").write_text((work / "espnet_round2" / "result.json").read_text())
+    with pytest.raises(peers.PeersError, match=r"asrkit/result.json: 5 steps, this run 6: rerun"):
+        cli.load_rounds(work, res, 2)
+    assert cli.main([*base, "--rounds", "0"]) == 2

@@ -58,7 +58,10 @@ def main(argv: list[str]) -> int:
                    "(default: the 60 speechocean762 test utterances of tests/fixtures/espnet/durations.json)")
     p.add_argument("--bench-steps", type=int, default=40, help="--arch espnet: timed steps per round")
     p.add_argument("--warmup", type=int, default=10, help="--arch espnet: untimed steps first")
-    p.add_argument("--rounds", type=int, default=2, help="--arch espnet: rounds per side (A B, B A, ...)")
+    p.add_argument("--rounds", type=int, default=2,
+                   help="rounds per side, alternating A B, B A, ...: --arch espnet its timed workers; the whole-command "
+                        "run (no --seeds) each side's whole pipeline once per round (WORK/asrkit, WORK/espnet, then "
+                        "WORK/asrkit_round2 ...), the table's times the median over the rounds (default: %(default)s)")
     p.add_argument("--vocab", type=int, default=30, help="--arch espnet: CTC outputs (letters + blank)")
     p.add_argument("--layout", choices=["kaldi", "librispeech"], default="kaldi",
                    help="what --data holds: Kaldi data dirs, or the parts of a corpus in LibriSpeech's layout "
@@ -94,6 +97,8 @@ def main(argv: list[str]) -> int:
         if not args.config.is_file():
             raise PeersError(f"config {args.config} does not exist (the recipe {args.recipe} is not there?); "
                              "give --config and --data")
+        if args.rounds < 1:
+            raise PeersError(f"--rounds {args.rounds}: give 1 or more")
         if args.init_from is not None and not args.seeds:
             raise PeersError("--init-from starts each seed's sides from another study's models: give --seeds too")
         if args.durations is not None and not args.durations.is_file():
@@ -119,23 +124,18 @@ def main(argv: list[str]) -> int:
     try:
         if args.only not in ("relpos", "table"):  # asr, asrkit, espnet or all
             durs, epochs, iters = _prepare(args, cfg, work, res)
-            if args.only != "espnet":
-                res["asrkit"] = run_asrkit(args, args.config, res["steps"], work, env)
-                _save(work / "asrkit" / "result.json", res["asrkit"], res)
             typical = round(100 * statistics.median(durs[args.train].values()))
-            if args.only != "asrkit":
-                res["espnet"] = run_espnet(args, cfg, epochs, iters, work, env, typical)
-                _save(work / "espnet" / "result.json", res["espnet"], res)
-        if args.only == "table":  # the two sides' saved results (e.g. after --only asrkit, --only espnet)
-            for side in ("asrkit", "espnet"):
-                doc = json.loads((work / side / "result.json").read_text())
-                if "steps" in res and doc["run"]["steps"] != res["steps"]:
-                    raise PeersError(f"{work}/{side}/result.json: {doc['run']['steps']} steps, the other side "
-                                     f"{res['steps']}: rerun one side with the same --steps")
-                res[side] = doc["result"]
-                res.update({k: v for k, v in doc["run"].items()
-                            if k in ("steps", "audio_s", "train_durations", "decode_every", "n_utts")})
-        if args.only in (None, "asr", "table"):
+            for r, side in round_order(args.rounds):  # A B, B A, ...: neither side always runs first
+                if args.only in ("asrkit", "espnet") and side != args.only:
+                    continue
+                tag = round_tag(side, r)
+                if side == "asrkit":
+                    out = run_asrkit(args, args.config, res["steps"], work, env, tag=tag)
+                else:
+                    out = run_espnet(args, cfg, epochs, iters, work, env, typical, tag=tag)
+                _save(work / tag / "result.json", out, res)
+        if args.only in (None, "asr", "table"):  # the two sides' saved results (also after --only asrkit / espnet)
+            load_rounds(work, res, args.rounds)
             e = res["espnet"]
             train_audio = sum(res["train_durations"])
             res["espnet_audio_per_step"] = train_audio / e["n_batch"] if e.get("n_batch") else None
@@ -155,6 +155,53 @@ def main(argv: list[str]) -> int:
     text = format_table(res)
     _report(text, res, work / "peers.json", args.out)
     return 0
+
+
+def round_order(rounds: int) -> list[tuple[int, str]]:
+    """(round, side) in the order they run: A B, B A, A B, ... so that neither toolkit always runs
+    first (a cold file cache, another job starting or stopping)."""
+    sides = ("asrkit", "espnet")
+    return [(r, side) for r in range(max(1, rounds)) for side in (sides if r % 2 == 0 else sides[::-1])]
+
+
+def round_tag(side: str, r: int) -> str:
+    """The dir of a side's round ``r`` (from 0) under WORK: ``asrkit`` / ``espnet`` for the first
+    (the layout of a one-round run), ``<side>_round<r + 1>`` for the others."""
+    return side if r == 0 else f"{side}_round{r + 1}"
+
+
+def load_rounds(work: Path, res: dict, rounds: int) -> None:
+    """The saved results of the first ``rounds`` rounds, as far as both sides finished them, into
+    ``res["rounds"]`` (the first round's also as ``res["asrkit"]`` / ``res["espnet"]``: the pair
+    ``asrkit compare`` tests); each side's step count must be the run's."""
+    done: list[dict] = []
+    res["round_wers"] = {"asrkit": [], "espnet": []}
+    for r in range(max(1, rounds)):
+        files = {side: work / round_tag(side, r) / "result.json" for side in ("asrkit", "espnet")}
+        if not all(f.is_file() for f in files.values()):
+            if r == 0:
+                missing = [str(f) for f in files.values() if not f.is_file()]
+                raise PeersError(f"no result of {' and '.join(missing)}: run that side first (--only asrkit / "
+                                 "--only espnet, the same --steps)")
+            break
+        pair = {}
+        for side, f in files.items():
+            doc = json.loads(f.read_text())
+            if "steps" in res and doc["run"]["steps"] != res["steps"]:
+                raise PeersError(f"{f}: {doc['run']['steps']} steps, this run {res['steps']}: rerun that side with "
+                                 "the same --steps")
+            res.update({k: v for k, v in doc["run"].items()
+                        if k in ("steps", "audio_s", "train_durations", "decode_every", "n_utts")})
+            pair[side] = doc["result"]
+            wers = res["round_wers"][side]
+            wers.append({})
+            for s in res.get("sets", []):
+                wer = work / "exps" / round_tag(side, r) / f"decode_{s}" / "wer.json"
+                if wer.is_file():
+                    wers[-1][s] = json.loads(wer.read_text())["overall"]["wer"]
+        done.append(pair)
+    res["rounds"] = done
+    res["asrkit"], res["espnet"] = done[0]["asrkit"], done[0]["espnet"]
 
 
 def _prepare(args, cfg, work: Path, res: dict) -> tuple[dict[str, dict[str, float]], int, int]:
@@ -271,6 +318,7 @@ def init_models(study: Path, seed: int) -> dict:
 def _save(path: Path, result: dict, res: dict) -> None:
     run = {k: res[k] for k in ("steps", "sets", "audio_s", "train_durations", "cpu", "threads", "date", "decode_every",
                                "n_utts") if k in res}
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"run": run, "result": result}, default=str))
 
 

@@ -20,62 +20,42 @@ def _cpu_name() -> str:
     return cpu_model() or "unknown CPU"
 
 
+def _median(xs: list) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
 def format_table(res: dict) -> str:
     L: list[str] = []
     a, e = res.get("asrkit"), res.get("espnet")
     if a and e:
         L += [f"## ASR: asrkit vs ESPnet {res.get('espnet_version', '')} ({res['steps']} optimizer steps each)", ""]
         cmp = res.get("compare", {})
-        L += ["| | asrkit | ESPnet | ESPnet / asrkit |", "|---|---:|---:|---:|"]
+        n = len(res.get("rounds") or [None])
+        L += (["| | asrkit | ESPnet | ESPnet / asrkit |", "|---|---:|---:|---:|"] if n == 1 else
+              [f"| | asrkit, median of {n} rounds | ESPnet, median of {n} rounds | ESPnet / asrkit | per round |",
+               "|---|---:|---:|---:|---:|"])
         for s in res["sets"]:
             c = cmp.get(s, {})
             L.append(f"| WER % {s} [95 % interval]; last column: asrkit - ESPnet [interval] p MAPSSWE / sign | "
-                     f"{c.get('asrkit', '-')} | {c.get('espnet', '-')} | {c.get('diff', '-')} |")
-        ai, ae = a["info"], e
-        a_aps = ai["audio_sec_per_sec"]
-        a_ps = ai["audio_seconds"] / max(1, ai["steps"])
-        e_ps = res.get("espnet_audio_per_step")
-        e_tt = sum(ae["step_times"]) if ae.get("step_times") else None
-        e_aps = None if not (e_ps and e_tt) else e_ps * res["steps"] / e_tt
-        a_cmd = ai["audio_seconds"] / a["train"]["wall_s"]
-        e_cmd = None if not e_ps else e_ps * res["steps"] / e["train"]["wall_s"]
-        a_cpu, e_cpu = a["train"].get("cpu_s"), e["train"].get("cpu_s")
-        rows = [
-            ("training: CPU-s per step (whole training command, all threads; robust to other load)",
-             None if a_cpu is None else a_cpu / res["steps"], None if e_cpu is None else e_cpu / res["steps"], ".2f"),
-            ("training: audio-s per CPU-s (whole training command)", None if a_cpu is None else ai["audio_seconds"] / a_cpu,
-             None if not (e_cpu and e_ps) else e_ps * res["steps"] / e_cpu, ".1f"),
-            ("training: audio-s per wall-s (training steps only)", a_aps, e_aps, ".1f"),
-            ("training: audio-s per wall-s (whole command: start-up, validation, checkpoints)", a_cmd, e_cmd, ".1f"),
-            ("training: audio-s per step", a_ps, e_ps, ".1f"),
-            ("training: wall time of the command (s)", a["train"]["wall_s"], e["train"]["wall_s"], ".0f"),
-            ("training: peak memory (MiB, largest process)", a["train"]["peak_rss_bytes"] / 2**20,
-             e["train"]["peak_rss_bytes"] / 2**20, ".0f"),
-            ("time to first step: training command start -> first step (s)", a["first_step_s"], e["first_step_s"], ".1f"),
-            ("time to first step incl. preparation (asrkit prepare kaldi + tokens; ESPnet tokens + collect_stats) (s)",
-             None if a["first_step_s"] is None else a["first_step_s"] + a["tokens"]["wall_s"]
-             + a.get("prepare", {}).get("wall_s", 0.0),
-             None if e["first_step_s"] is None else e["first_step_s"] + e["tokens"]["wall_s"] + e["stats"]["wall_s"], ".1f"),
-        ]
-        for s in res["sets"]:
-            au = res["audio_s"][s]
-            rows.append((f"decoding RTF {s} (whole command / audio; batch 1)", a["decode"][s]["wall_s"] / au,
-                         e["decode"][s]["wall_s"] / au, ".4f"))
-            if "cpu_s" in a["decode"][s] and "cpu_s" in e["decode"][s]:
-                rows.append((f"decoding CPU-s per audio-s {s} (whole command)", a["decode"][s]["cpu_s"] / au,
-                             e["decode"][s]["cpu_s"] / au, ".4f"))
-        rows += [
-            ("parameters (millions, as each toolkit logs them)", None if a.get("params") is None else a["params"] / 1e6,
-             None if e.get("params") is None else e["params"] / 1e6, ".2f"),
-            ("lines of configuration the user writes (training YAML, comments and blank lines not counted)",
-             res["config_lines"]["asrkit"], res["config_lines"]["espnet"], "d"),
-            ("settings in that YAML (leaf values)", res["config_settings"]["asrkit"],
-             res["config_settings"]["espnet"], "d"),
-            ("validation passes during training", a["epochs_validated"], e["epochs_validated"], "d"),
-        ]
-        for label, x, y, spec in rows:
+                     f"{c.get('asrkit', '-')} | {c.get('espnet', '-')} | {c.get('diff', '-')} |"
+                     + (" first round |" if n > 1 else ""))
+        rounds = res.get("rounds") or [{"asrkit": a, "espnet": e}]
+        per = [measure_rows(res, r["asrkit"], r["espnet"]) for r in rounds]
+        for i, (label, _, _, spec) in enumerate(per[0]):
+            x = _median([p[i][1] for p in per])
+            y = _median([p[i][2] for p in per])
+            if spec == "d":  # counts: the same in every round
+                x, y = (None if v is None else int(v) for v in (x, y))
             ratio = "-" if x in (None, 0) or y is None else f"{y / x:.2f}x"
-            L.append(f"| {label} | {_fmt(x, spec)} | {_fmt(y, spec)} | {ratio} |")
+            each = [p[i][2] / p[i][1] for p in per if p[i][1] not in (None, 0) and p[i][2] is not None]
+            tail = f" {', '.join(f'{v:.2f}' for v in each)} |" if len(rounds) > 1 else ""
+            L.append(f"| {label} | {_fmt(x, spec)} | {_fmt(y, spec)} | {ratio} |{tail}")
+        if len(rounds) > 1 and res.get("round_wers"):
+            w = res["round_wers"]
+            L += ["", "WER % per round (the same command and seed each round): " + "; ".join(
+                f"{s} asrkit {', '.join(_fmt(r.get(s)) for r in w['asrkit'])}, ESPnet "
+                f"{', '.join(_fmt(r.get(s)) for r in w['espnet'])}" for s in res["sets"]) + "."]
         every = res.get("decode_every", 1)
         L += ["", "Test sets decoded: " + ", ".join(
             f"{s} {res['n_utts'][s]} utterances, {res['audio_s'][s] / 3600:.2f} h" for s in res["sets"])
@@ -91,6 +71,53 @@ def format_table(res: dict) -> str:
     L += [f"Machine: {res.get('cpu', _cpu_name())}, {res.get('threads', '-')} threads per side, measured "
           f"{res.get('date', '')}; total wall time of the run {res.get('total_s', 0):.0f} s.", ""]
     return "\n".join(L)
+
+
+def measure_rows(res: dict, a: dict, e: dict) -> list[tuple[str, float | None, float | None, str]]:
+    """The measured rows of one round of the whole-command run: (label, asrkit, ESPnet, format)."""
+    ai, ae = a["info"], e
+    a_aps = ai["audio_sec_per_sec"]
+    a_ps = ai["audio_seconds"] / max(1, ai["steps"])
+    e_ps = sum(res["train_durations"]) / e["n_batch"] if e.get("n_batch") else None
+    e_tt = sum(ae["step_times"]) if ae.get("step_times") else None
+    e_aps = None if not (e_ps and e_tt) else e_ps * res["steps"] / e_tt
+    a_cmd = ai["audio_seconds"] / a["train"]["wall_s"]
+    e_cmd = None if not e_ps else e_ps * res["steps"] / e["train"]["wall_s"]
+    a_cpu, e_cpu = a["train"].get("cpu_s"), e["train"].get("cpu_s")
+    rows = [
+        ("training: CPU-s per step (whole training command, all threads; robust to other load)",
+         None if a_cpu is None else a_cpu / res["steps"], None if e_cpu is None else e_cpu / res["steps"], ".2f"),
+        ("training: audio-s per CPU-s (whole training command)", None if a_cpu is None else ai["audio_seconds"] / a_cpu,
+         None if not (e_cpu and e_ps) else e_ps * res["steps"] / e_cpu, ".1f"),
+        ("training: audio-s per wall-s (training steps only)", a_aps, e_aps, ".1f"),
+        ("training: audio-s per wall-s (whole command: start-up, validation, checkpoints)", a_cmd, e_cmd, ".1f"),
+        ("training: audio-s per step", a_ps, e_ps, ".1f"),
+        ("training: wall time of the command (s)", a["train"]["wall_s"], e["train"]["wall_s"], ".0f"),
+        ("training: peak memory (MiB, largest process)", a["train"]["peak_rss_bytes"] / 2**20,
+         e["train"]["peak_rss_bytes"] / 2**20, ".0f"),
+        ("time to first step: training command start -> first step (s)", a["first_step_s"], e["first_step_s"], ".1f"),
+        ("time to first step incl. preparation (asrkit prepare kaldi + tokens; ESPnet tokens + collect_stats) (s)",
+         None if a["first_step_s"] is None else a["first_step_s"] + a["tokens"]["wall_s"]
+         + a.get("prepare", {}).get("wall_s", 0.0),
+         None if e["first_step_s"] is None else e["first_step_s"] + e["tokens"]["wall_s"] + e["stats"]["wall_s"], ".1f"),
+    ]
+    for s in res["sets"]:
+        au = res["audio_s"][s]
+        rows.append((f"decoding RTF {s} (whole command / audio; batch 1)", a["decode"][s]["wall_s"] / au,
+                     e["decode"][s]["wall_s"] / au, ".4f"))
+        if "cpu_s" in a["decode"][s] and "cpu_s" in e["decode"][s]:
+            rows.append((f"decoding CPU-s per audio-s {s} (whole command)", a["decode"][s]["cpu_s"] / au,
+                         e["decode"][s]["cpu_s"] / au, ".4f"))
+    rows += [
+        ("parameters (millions, as each toolkit logs them)", None if a.get("params") is None else a["params"] / 1e6,
+         None if e.get("params") is None else e["params"] / 1e6, ".2f"),
+        ("lines of configuration the user writes (training YAML, comments and blank lines not counted)",
+         res["config_lines"]["asrkit"], res["config_lines"]["espnet"], "d"),
+        ("settings in that YAML (leaf values)", res["config_settings"]["asrkit"],
+         res["config_settings"]["espnet"], "d"),
+        ("validation passes during training", a["epochs_validated"], e["epochs_validated"], "d"),
+    ]
+    return rows
 
 
 def _compare(work: Path, sets: list[str], seeds: list[int] | None = None) -> dict:
