@@ -793,3 +793,30 @@ def test_whole_command_rounds_alternate_and_the_table_takes_each_sides_median(tm
     with pytest.raises(peers.PeersError, match=r"asrkit/result.json: 5 steps, this run 6: rerun"):
         cli.load_rounds(work, res, 2)
     assert cli.main([*base, "--rounds", "0"]) == 2
+
+
+def test_a_budget_espnet_cannot_take_is_refused_before_either_side_trains(tmp_path, monkeypatch):
+    """The ESPnet config is made from the budget during preparation: a warmup as long as the run
+    stops the run there, with the fix, before asrkit's side spends its training (it once did)."""
+    from asrkit.bench.peers import cli
+
+    for part in ("train", "dev", "test"):
+        d = tmp_path / "kaldi" / part
+        d.mkdir(parents=True)
+        _wav(d / "a.wav", 1.0)
+        (d / "wav.scp").write_text(f"a {d / 'a.wav'}\n")
+        (d / "text").write_text("a HELLO\n")
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("")
+    trained = []
+    monkeypatch.setattr(cli, "run_asrkit", lambda *a, **k: trained.append(a))
+    argv = ["--config", "egs/speechocean762/asr1/conf/train_espnet_equal.yaml", "--espnet-venv", str(venv),
+            "--data", str(tmp_path / "kaldi"), "--work", str(tmp_path / "work"), "--sets", "test", "--only", "asr"]
+    assert cli.main([*argv, "--steps", "200"]) == 1  # the config's optim.warmup_steps is 200
+    assert trained == []
+    with pytest.raises(peers.PeersError, match=r"optim.warmup_steps=200 is not below the 200 steps"):
+        args = argparse.Namespace(data=tmp_path / "kaldi", recipe=tmp_path, layout="kaldi", train="train", dev="dev",
+                                  sets=["test"], decode_fraction=1.0, steps=200)
+        cli._prepare(args, load_config(Path("egs/speechocean762/asr1/conf/train_espnet_equal.yaml")),
+                     tmp_path / "work", {})

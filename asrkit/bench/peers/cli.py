@@ -22,6 +22,7 @@ from asrkit.bench.peers.espnet_config import (
     batches_per_pass,
     config_lines,
     config_settings,
+    espnet_config,
     plan_steps,
 )
 from asrkit.bench.peers.relpos import relpos_bench
@@ -226,6 +227,10 @@ def _prepare(args, cfg, work: Path, res: dict) -> tuple[dict[str, dict[str, floa
     n_batch = batches_per_pass(list(durs[args.train].values()), cfg.data.max_duration)
     epochs, iters = plan_steps(args.steps, n_batch)
     res["steps"] = epochs * iters
+    # ESPnet's config from this budget, before either side trains: a budget it cannot take (a warmup
+    # as long as the run) must not cost the asrkit side's training first
+    espnet_config(cfg, epochs=epochs, iters_per_epoch=iters,
+                  typical_frames=round(100 * statistics.median(durs[args.train].values())))
     print(f"[peers] {res['steps']} steps each: ESPnet {epochs} epochs x {iters} iterations "
           f"(~{n_batch} batches per pass)", file=sys.stderr)
     return durs, epochs, iters
