@@ -138,8 +138,6 @@ def main(argv: list[str]) -> int:
         if args.only in (None, "asr", "table"):  # the two sides' saved results (also after --only asrkit / espnet)
             load_rounds(work, res, args.rounds)
             e = res["espnet"]
-            train_audio = sum(res["train_durations"])
-            res["espnet_audio_per_step"] = train_audio / e["n_batch"] if e.get("n_batch") else None
             res["config_lines"] = {"asrkit": config_lines(args.config), "espnet": config_lines(Path(e["config_path"]))}
             res["config_settings"] = {"asrkit": config_settings(args.config),
                                       "espnet": config_settings(Path(e["config_path"]))}
