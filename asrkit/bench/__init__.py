@@ -8,6 +8,7 @@
     python -m asrkit.bench frontend [--channels 32,64]             # cost of the conv1d / conv2d frontends
     python -m asrkit.bench dropout [--p 0.1]                       # cost of dropout: asrkit's CPU mask vs PyTorch's
     python -m asrkit.bench sizes [--out docs/results/model_sizes.md]  # recipe configs: parameters, FLOPs, GPU time
+    python -m asrkit.bench speed [--utts 200]                      # speed perturbation's resampling: Lhotse's vs asrkit's
 
 Speed targets live here, not in the test suite. A benchmark that measures in fresh processes
 runs its workers as ``python -m asrkit.bench --worker <module>:<function> <json spec>``.
@@ -30,6 +31,7 @@ BENCHMARKS: dict[str, str] = {
     "dropout": "asrkit.bench.dropout",
     "sizes": "asrkit.bench.sizes",
     "conformer": "asrkit.bench.conformer",
+    "speed": "asrkit.bench.speed",
 }
 
 

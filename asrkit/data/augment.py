@@ -5,7 +5,8 @@
 * ``speed``: speed perturbation factors, e.g. ``[0.9, 1.1]``. Each epoch every training utterance
   is played at one of ``1.0`` and these factors, chosen uniformly (ESPnet's and icefall's
   three-fold copies, seen one per epoch), through Lhotse's own :meth:`lhotse.cut.Cut.perturb_speed`
-  (resampling: tempo and pitch change together, duration ``/ factor``). With stored features the
+  (resampling: tempo and pitch change together, duration ``/ factor``; its filter applied as one
+  matrix product, :mod:`asrkit.data.speed`). With stored features the
   perturbed copies are stored by stage 2 as parts ``<part>_sp<factor>`` (as icefall stores
   ``sp0.9`` / ``sp1.1``) and read from there; on the fly they are computed.
 * ``volume``: ``[low, high]`` gain, drawn log-uniformly per utterance and epoch (e.g. ``[0.125, 2.0]``).

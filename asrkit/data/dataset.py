@@ -22,6 +22,7 @@ from asrkit.data.augment import augment_waveform, choose_speed
 from asrkit.data.feature_store import SPEED_FEATS, stored_fbank
 from asrkit.data.features import cmvn, fbank, num_frames, spec_augment
 from asrkit.data.manifests import DropStats
+from asrkit.data.speed import speed_copy
 
 logger = logging.getLogger(__name__)
 
@@ -90,14 +91,15 @@ class AsrDataset(torch.utils.data.Dataset):
 
     def speed_view(self, cut):
         """``cut`` at this epoch's speed factor (:func:`asrkit.data.augment.choose_speed`; the cut
-        itself without ``augment.speed``): its copy ``<id>_sp<factor>`` (Lhotse's, whose audio is
-        resampled when loaded), with the copy's stored fbank when stage 2 stored it."""
+        itself without ``augment.speed``): its copy ``<id>_sp<factor>``
+        (:func:`asrkit.data.speed.speed_copy`: Lhotse's, whose audio is resampled when loaded), with
+        the copy's stored fbank when stage 2 stored it."""
         if self.augment is None or not self.augment.speed:
             return cut
         factor = choose_speed(self.augment, np.random.default_rng(stable_seed(self.seed, self.epoch, cut.id, "speed")))
         if factor == 1.0:
             return cut
-        copy = (cut.drop_features() if cut.has_features else cut).perturb_speed(factor)
+        copy = speed_copy(cut, factor)
         stored = (cut.custom or {}).get(SPEED_FEATS)
         if stored:  # stage 2 stored this copy's fbank (data.features=stored)
             copy = fastcopy(copy, features=stored[factor])
