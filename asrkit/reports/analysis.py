@@ -5,6 +5,7 @@ PCA, attention maps, errors vs transcription length, looping/skipping). Plots ar
     asrkit analysis pca --exp-dir EXP --set test --utt ID [--mark 92:94 --mark 7.4s:7.6s] [--out pca.png]
     asrkit analysis attention --exp-dir EXP --set test --utt ID [--out attention.png]
     asrkit analysis errors-vs-length EXP/decode_test [EXP2/decode_test ...] [--bin-width 5] [--out fig4.png]
+    asrkit analysis errors-by-position EXP/decode_test-longform [EXP2/...] [--bins 10 | --bin-seconds 5]
     asrkit analysis looping EXP/decode_test-longform [...] [--min-span 4] [--json looping.json]
 
 * ``receptive-field`` (Fig. 3): (W - 1) x 80 ms x layers, and the exact span of input frames.
@@ -14,6 +15,9 @@ PCA, attention maps, errors vs transcription length, looping/skipping). Plots ar
 * ``attention`` (Fig. 6): attention energies with the reference fed to the decoder (teacher forcing)
   and attention weights of free (greedy) decoding; encoder steps vertical, decoder steps horizontal.
 * ``errors-vs-length`` (Fig. 4): average word edit distance per bin of reference length (words).
+* ``errors-by-position``: word error rate by where the reference word sits in its utterance
+  (fractions of it, or estimated seconds): whether a model's errors grow late in long audio, past
+  the lengths it trained on (a positional encoding's extrapolation), or are spread evenly.
 * ``looping``: hypotheses that skip (a run of >= ``--min-span`` deleted reference words in the
   alignment) or loop (a span of >= ``--min-span`` words that the hypothesis repeats more often than
   the reference has it), per decode dir.
@@ -222,6 +226,58 @@ def plot_errors_by_length(series: dict, bin_width: int, out: Pathlike) -> Path:
     return save_png(fig, out)
 
 
+# ------------------------------------------------------------------------ errors by position
+
+
+def errors_by_position(path: Pathlike, bins: int = 10, bin_seconds: float = 0.0,
+                       norm: str = "none") -> list[dict]:
+    """Word errors by where the reference word sits in its utterance: ``[{"start", "end", "words",
+    "sub", "del", "ins", "wer"}]`` per bin of the relative position ``(i + 0.5) / n`` of reference
+    word ``i`` of ``n`` (``bins`` equal fractions), or, with ``bin_seconds``, of its estimated time
+    ``(i + 0.5) / n * duration`` (words spread evenly over the utterance; bins of that many seconds).
+    An insertion counts at the gap where it sits: between reference words ``i - 1`` and ``i``, at
+    position ``i / n``. The alignment is :func:`asrkit.scoring.align`'s (sclite's), so the counts
+    add up to ``asrkit score``'s over the whole set."""
+    from asrkit.scoring import align
+
+    acc: dict[int, list[int]] = {}
+
+    def add(pos: float, kind: int, duration: float) -> None:
+        k = int(pos * duration // bin_seconds) if bin_seconds > 0 else min(int(pos * bins), bins - 1)
+        acc.setdefault(k, [0, 0, 0, 0])[kind] += 1
+
+    for p, ref, hyp in _read(path, norm):
+        n, i = max(len(ref), 1), 0
+        for r, h in align(ref, hyp):
+            if r is None:  # insertion
+                add(min(i, n - 0.5) / n, 3, p.duration)
+                continue
+            add((i + 0.5) / n, 0, p.duration)
+            if h is None:
+                add((i + 0.5) / n, 2, p.duration)
+            elif h != r:
+                add((i + 0.5) / n, 1, p.duration)
+            i += 1
+    width = bin_seconds if bin_seconds > 0 else 1.0 / bins
+    return [{"start": k * width, "end": (k + 1) * width, "words": w, "sub": s, "del": d, "ins": ins,
+             "wer": 100.0 * (s + d + ins) / w if w else float("nan")}
+            for k, (w, s, d, ins) in sorted(acc.items())]
+
+
+def plot_errors_by_position(series: dict, seconds: bool, out: Pathlike) -> Path:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.5, 4), layout="constrained")
+    ax = fig.subplots()
+    for name, rows in series.items():
+        ax.plot([(r["start"] + r["end"]) / 2 for r in rows], [r["wer"] for r in rows], marker="o", label=name)
+    ax.set_xlabel("estimated time of the reference word (s)" if seconds else "position in the utterance (fraction)")
+    ax.set_ylabel("word errors per reference word (%)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    return save_png(fig, out)
+
+
 # --------------------------------------------------------------------------- looping / skipping
 
 
@@ -277,7 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
     from asrkit.cliargs import Parser, add_exp_dir, add_out, add_overrides, add_sets
 
     p = Parser(prog="asrkit analysis", description=__doc__)
-    sub = p.add_subparsers(dest="cmd", required=True, metavar="{receptive-field,pca,attention,errors-vs-length,looping}")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="{receptive-field,pca,attention,errors-vs-length,errors-by-position,looping}")
     rf = sub.add_parser("receptive-field", help="receptive field of a conv encoder config (Fig. 3)",
                         description="Receptive field of a conv encoder config (Park & Sung Fig. 3).")
     rf.add_argument("config", type=Path, help="a YAML config")
@@ -303,6 +359,16 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--bin-width", type=int, default=5, help="words per length bin")
     e.add_argument("--norm", default="none", help="text normalizer (as asrkit score)")
     add_out(e, "PNG to write", default=Path("errors_vs_length.png"))
+    ep = sub.add_parser("errors-by-position", help="WER by where the word sits in its utterance",
+                        description="Word error rate by the reference word's position in its utterance "
+                        "(fractions, or estimated seconds with --bin-seconds): do errors grow late in long audio?")
+    ep.add_argument("dirs", nargs="+", help="decode dirs (or hyp.jsonl files)")
+    ep.add_argument("--names", nargs="*", default=None, help="legend names (default: the paths)")
+    ep.add_argument("--bins", type=int, default=10, help="equal fractions of the utterance")
+    ep.add_argument("--bin-seconds", type=float, default=0.0,
+                    help="bin by estimated time instead (words spread evenly over the duration), in bins of this many s")
+    ep.add_argument("--norm", default="none", help="text normalizer (as asrkit score)")
+    add_out(ep, "PNG to write", default=Path("errors_by_position.png"))
     lp = sub.add_parser("looping", help="count hypotheses that skip or repeat long spans",
                         description="Count hypotheses that skip or repeat long spans of the reference.")
     lp.add_argument("dirs", nargs="+", help="decode dirs (or hyp.jsonl files)")
@@ -370,6 +436,23 @@ def _run(args) -> int:
             for k, cnt, ed in bins:
                 print(f"  {k:>4}-{k + args.bin_width - 1:<4} words: {cnt:>5} utts, edit distance {ed:.2f}")
         plot_errors_by_length(series, args.bin_width, args.out)
+        print(args.out)
+        return 0
+    if args.cmd == "errors-by-position":
+        names = args.names or [str(d) for d in args.dirs]
+        if len(names) != len(args.dirs):
+            raise ValueError(f"--names: {len(names)} names for {len(args.dirs)} dirs")
+        if args.bins < 1 or args.bin_seconds < 0:
+            raise ValueError(f"--bins {args.bins} / --bin-seconds {args.bin_seconds}: a positive number of bins, "
+                             "seconds >= 0 (0: fractions)")
+        series = {n: errors_by_position(d, args.bins, args.bin_seconds, args.norm) for n, d in zip(names, args.dirs)}
+        unit = "s" if args.bin_seconds > 0 else ""
+        for n, rows in series.items():
+            print(n)
+            for r in rows:
+                print(f"  {r['start']:>5.2f}-{r['end']:<5.2f}{unit}: {r['words']:>6} words, WER {r['wer']:6.2f} % "
+                      f"(sub {r['sub']}, del {r['del']}, ins {r['ins']})")
+        plot_errors_by_position(series, args.bin_seconds > 0, args.out)
         print(args.out)
         return 0
     # looping
