@@ -80,3 +80,18 @@ def test_a_cut_that_already_had_transforms_keeps_them():
     y = _same_as_lhotse(cut, 1.1)
     assert [type(t).__name__ for t in speed_copy(cut, 1.1).recording.transforms] == ["Volume", "PolyphaseSpeed"]
     assert np.abs(y).max() > 0
+
+
+def test_the_benchmark_runs_on_real_speech(tmp_path, capsys):
+    """`python -m asrkit.bench speed` on a manifest of the fixture's utterances: every row, both
+    sides' samples and batches checked equal before timing."""
+    from lhotse import CutSet
+
+    from asrkit.bench.speed import main
+
+    CutSet.from_cuts(_cut(p) for p in WAVS[:4]).to_file(tmp_path / "cuts.jsonl.gz")
+    assert main(["--cuts", str(tmp_path / "cuts.jsonl.gz"), "--utts", "4", "--rounds", "1", "--threads", "1"]) == 0
+    out = capsys.readouterr().out
+    for row in ("no perturbation", "0.9, Lhotse", "0.9, asrkit", "1.1, asrkit", "training batches, asrkit"):
+        assert f"| {row} |" in out
+    assert main(["--cuts", str(tmp_path / "none.jsonl.gz")]) == 1
