@@ -72,3 +72,22 @@ def test_cli_prints_the_bins_and_writes_a_png(tmp_path, capsys):
     assert "A\n" in text and "WER  50.00 % (sub 0, del 1, ins 0)" in text and "WER   0.00 %" in text
     assert out.read_bytes()[:4] == b"\x89PNG"
     assert main(["errors-by-position", str(a), "--names", "A", "B"]) == 2  # names must match the dirs
+
+
+def test_sparse_bins_are_printed_but_not_plotted(tmp_path, monkeypatch):
+    from asrkit.reports import analysis
+
+    a = _write(tmp_path / "a", [("u", " ".join(["w"] * 40), " ".join(["w"] * 40), 10.0),
+                                ("v", "a b c d", "a b c d", 20.0)])  # words of v at 2.5 ... 17.5 s
+    plotted = {}
+
+    def save_png(fig, out):
+        plotted["x"] = list(fig.axes[0].lines[0].get_xdata())
+        return out
+
+    monkeypatch.setattr(analysis, "save_png", save_png)
+    assert main(["errors-by-position", str(a), "--bin-seconds", "5", "--min-words", "5",
+                 "--out", str(tmp_path / "p.png")]) == 0
+    rows = errors_by_position(a, bin_seconds=5.0)
+    assert [(r["start"], r["words"]) for r in rows] == [(0.0, 21), (5.0, 21), (10.0, 1), (15.0, 1)]
+    assert plotted["x"] == [2.5, 7.5]  # the two bins of 1 word are left out of the plot

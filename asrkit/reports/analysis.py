@@ -264,14 +264,18 @@ def errors_by_position(path: Pathlike, bins: int = 10, bin_seconds: float = 0.0,
             for k, (w, s, d, ins) in sorted(acc.items())]
 
 
-def plot_errors_by_position(series: dict, seconds: bool, out: Pathlike) -> Path:
+def plot_errors_by_position(series: dict, seconds: bool, out: Pathlike, min_words: int = 0) -> Path:
+    """One line per series; bins of fewer than ``min_words`` reference words are left out of the
+    plot (their WER is mostly noise) and the axis label says so."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(6.5, 4), layout="constrained")
     ax = fig.subplots()
     for name, rows in series.items():
+        rows = [r for r in rows if r["words"] >= min_words]
         ax.plot([(r["start"] + r["end"]) / 2 for r in rows], [r["wer"] for r in rows], marker="o", label=name)
-    ax.set_xlabel("estimated time of the reference word (s)" if seconds else "position in the utterance (fraction)")
+    label = "estimated time of the reference word (s)" if seconds else "position in the utterance (fraction)"
+    ax.set_xlabel(label + (f"; bins of < {min_words} words left out" if min_words > 0 else ""))
     ax.set_ylabel("word errors per reference word (%)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
@@ -367,6 +371,8 @@ def build_parser() -> argparse.ArgumentParser:
     ep.add_argument("--bins", type=int, default=10, help="equal fractions of the utterance")
     ep.add_argument("--bin-seconds", type=float, default=0.0,
                     help="bin by estimated time instead (words spread evenly over the duration), in bins of this many s")
+    ep.add_argument("--min-words", type=int, default=30,
+                    help="plot only bins with at least this many reference words (all are printed)")
     ep.add_argument("--norm", default="none", help="text normalizer (as asrkit score)")
     add_out(ep, "PNG to write", default=Path("errors_by_position.png"))
     lp = sub.add_parser("looping", help="count hypotheses that skip or repeat long spans",
@@ -452,7 +458,7 @@ def _run(args) -> int:
             for r in rows:
                 print(f"  {r['start']:>5.2f}-{r['end']:<5.2f}{unit}: {r['words']:>6} words, WER {r['wer']:6.2f} % "
                       f"(sub {r['sub']}, del {r['del']}, ins {r['ins']})")
-        plot_errors_by_position(series, args.bin_seconds > 0, args.out)
+        plot_errors_by_position(series, args.bin_seconds > 0, args.out, args.min_words)
         print(args.out)
         return 0
     # looping
