@@ -111,7 +111,7 @@ def _store_speed_copies(store, cuts, corpus: str, part: str, factors: list, num_
     """Store the fbank of the speed-perturbed copies of ``part`` as parts ``<part>_sp<factor>``
     (as icefall stores sp0.9 / sp1.1), which training with ``augment.speed`` reads."""
     from asrkit.data.augment import speed_part
-    from asrkit.data.speed import speed_copy
+    from asrkit.data.speed import polyphase
 
     for f in factors:
         sp = speed_part(part, f)
@@ -121,7 +121,7 @@ def _store_speed_copies(store, cuts, corpus: str, part: str, factors: list, num_
             continue
         # computed from asrkit's faster resampling (the same samples), saved as Lhotse's copies
         # (whose transform every Lhotse can read)
-        feats, bad = store.compute([speed_copy(c, f) for c in cuts], corpus, sp, num_jobs)
+        feats, bad = store.compute([polyphase(c) for c in copies], corpus, sp, num_jobs)
         if bad:  # their originals were readable: a resampling failure
             raise RuntimeError(f"{corpus}/{sp}: {len(bad)} speed-perturbed copies failed: {next(iter(bad.items()))}")
         print(f"{corpus}/{sp}: fbank stored: {store.save(copies, feats, corpus, sp)}")

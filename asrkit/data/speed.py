@@ -43,13 +43,18 @@ class PolyphaseSpeed(Speed):
         return out.reshape(*lead, out.shape[-1]).numpy()
 
 
-def speed_copy(cut, factor: float):
-    """``cut`` played at ``factor`` (features dropped): Lhotse's copy ``<id>_sp<factor>`` whose
-    recording resamples with :class:`PolyphaseSpeed`; Lhotse's copy unchanged when its recording's
-    last transform is not the ``Speed`` it added (a cut type without one recording)."""
-    copy = (cut.drop_features() if cut.has_features else cut).perturb_speed(factor)
+def polyphase(copy):
+    """Lhotse's speed-perturbed ``copy`` with its last transform, the ``Speed`` that
+    ``perturb_speed`` added, swapped for :class:`PolyphaseSpeed`; ``copy`` itself when it has no
+    such transform (a cut type without one recording)."""
     rec = getattr(copy, "recording", None)
     last = rec.transforms[-1] if rec is not None and rec.transforms else None
-    if not (isinstance(last, Speed) and type(last) is Speed and last.factor == factor):
+    if type(last) is not Speed:
         return copy
-    return fastcopy(copy, recording=fastcopy(rec, transforms=[*rec.transforms[:-1], PolyphaseSpeed(factor=factor)]))
+    return fastcopy(copy, recording=fastcopy(rec, transforms=[*rec.transforms[:-1], PolyphaseSpeed(factor=last.factor)]))
+
+
+def speed_copy(cut, factor: float):
+    """``cut`` played at ``factor`` (features dropped): Lhotse's copy ``<id>_sp<factor>`` whose
+    recording resamples with :class:`PolyphaseSpeed` (:func:`polyphase`)."""
+    return polyphase((cut.drop_features() if cut.has_features else cut).perturb_speed(factor))
