@@ -354,6 +354,29 @@ def test_equal_bench_samplers_and_padding():
     assert s["padded_frames_per_step"] == pytest.approx(200.0) and s["padding_share"] == pytest.approx(0.125)
 
 
+
+def test_equal_bench_decoding_is_timed_after_an_untimed_pass(monkeypatch):
+    """Model-alone decoding: inputs made before the clock starts, one untimed pass per mode, then
+    ``decode_passes`` timed passes alternating the modes, the median reported."""
+    from asrkit.bench.peers import equal
+
+    spec = {"decode_batches": [[30, 20], [10]], "decode_passes": 3}
+    made, calls = [], []
+    clock = iter(range(100))
+    monkeypatch.setattr(equal.time, "perf_counter", lambda: next(clock) ** 2)  # pass k lasts 2k+1 "seconds"
+
+    def make(i, lengths):
+        assert not calls  # every input exists before the first pass
+        made.append(tuple(lengths))
+        return tuple(lengths)
+
+    out = equal.decode_passes(lambda bs: calls.append(tuple(bs)), make, spec)
+    batch1, batched = ((30,), (20,), (10,)), ((30, 20), (10,))
+    assert sorted(made) == sorted([(30,), (20,), (10,), (30, 20), (10,)])
+    assert calls == [batch1, batched] + [batch1, batched] * 3
+    # timed passes read the clock at 0,1 | 2,3 | 4,5 ...: batch1 lasts 1, 9, 17, batched 5, 13, 21
+    assert out == {"batch1": 9, "batched": 13}
+
 def test_espnet_config_of_the_equal_config_lists_frontend_and_encoding_as_the_same():
     cfg = load_config(EQUAL_CONF, ["optim.warmup_steps=5"])
     conf, diffs = peers.espnet_config(cfg, epochs=2, iters_per_epoch=10)

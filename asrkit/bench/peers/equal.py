@@ -140,18 +140,33 @@ def _asrkit_worker(spec: dict) -> dict:
             step(0)
         out["profile"] = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15)
     model.eval()
-    dec = {}
+
+    def decode(bs: list[dict]) -> None:
+        for b in bs:
+            model.encode(b["feats"], b["feat_lens"], b["times"]).log_probs.argmax(-1)
+
     with torch.no_grad():
-        for name, groups in (("batch1", [[n] for b in spec["decode_batches"] for n in b]),
-                             ("batched", spec["decode_batches"])):
-            t0 = time.perf_counter()
-            for i, lengths in enumerate(groups):
-                b = _batch(spec, 1000 + i, lengths)
-                enc = model.encode(b["feats"], b["feat_lens"], b["times"])
-                enc.log_probs.argmax(-1)
-            dec[name] = time.perf_counter() - t0
-    out["decode_s"] = dec
+        out["decode_s"] = decode_passes(decode, lambda i, lengths: _batch(spec, 1000 + i, lengths), spec)
     return out
+
+
+def decode_passes(decode, make_batch, spec: dict) -> dict:
+    """Model-alone decoding time per mode (batch 1, batched): the inputs made first, one untimed pass
+    of each mode (first-call costs: page faults, kernels chosen per shape), then the median of
+    ``spec["decode_passes"]`` timed passes, the modes alternating. Without the warm pass a single timed
+    pass depended on what the process had done before (the page faults of a fresh heap).
+    tools/peers/espnet/step_bench.py times ESPnet's side the same way."""
+    modes = {"batch1": [[n] for b in spec["decode_batches"] for n in b], "batched": spec["decode_batches"]}
+    inputs = {m: [make_batch(i, g) for i, g in enumerate(gs)] for m, gs in modes.items()}
+    for bs in inputs.values():
+        decode(bs)
+    times: dict[str, list[float]] = {m: [] for m in modes}
+    for _ in range(spec.get("decode_passes", 3)):
+        for m, bs in inputs.items():
+            t0 = time.perf_counter()
+            decode(bs)
+            times[m].append(time.perf_counter() - t0)
+    return {m: statistics.median(t) for m, t in times.items()}
 
 
 def _run(side: str, spec: dict, espnet_venv: Path, env: dict) -> dict:
@@ -187,7 +202,7 @@ def equal_bench(cfg, config_path: Path, durations: list[float], *, steps: int, w
             "activation": e.activation, "kernel": e.conv_kernel, "d": e.d_model, "layers": e.n_layers,
             "heads": e.n_heads, "ff": e.d_ff, "vocab": vocab, "n_mels": cfg.features.n_mels, "lr": cfg.optim.lr,
             "clip": cfg.optim.clip_grad, "threads": threads, "flush_denormal": True, "warmup": warmup,
-            "steps": steps, "batches": frames, "decode_batches": dec}
+            "steps": steps, "batches": frames, "decode_batches": dec, "decode_passes": 3}
     runs: dict[str, list[dict]] = {"asrkit": [], "espnet": []}
     for r in range(rounds):
         for side in (("asrkit", "espnet") if r % 2 == 0 else ("espnet", "asrkit")):
@@ -231,6 +246,8 @@ def format_equal(res: dict, cpu: str, threads: int, command: str) -> str:
          f"d_ff {sp['ff']}, conv2d subsampling), model step only", "",
          f"`{command}` on {cpu}, {threads} threads per side, {len(res['rounds']['asrkit'])} rounds per side "
          f"alternating (A B, B A, ...), {sp['warmup']} warm-up steps then {sp['steps']} timed steps per round; "
+         + (f"decoding: one untimed pass, then the median of {sp['decode_passes']} timed passes per mode; "
+            if "decode_passes" in sp else "decoding: one timed pass per mode; ") +
          f"ESPnet {res.get('espnet_version')}.", "",
          "| | asrkit | ESPnet | ESPnet / asrkit |", "|---|---:|---:|---:|"]
 
