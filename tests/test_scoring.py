@@ -79,6 +79,42 @@ def test_sclite_alignment_matches_sclite_per_utterance():
         assert [h for _, h in ali if h is not None] == hyps[uid]
 
 
+
+def test_char_alignment_matches_sclite_c_per_utterance():
+    """unit="char" (the CER) aligns as NIST sclite -c: each word split into its characters, the
+    spaces dropped; expected codes from sclite -c on the same 401 pairs (fixture README)."""
+    from asrkit.scoring.score import tokens
+
+    refs = _read_trn(FIXTURES / "align" / "ref.trn")
+    hyps = _read_trn(FIXTURES / "align" / "hyp.trn")
+    expected = dict(
+        (line.split(" ") + [""])[:2] for line in (FIXTURES / "align" / "hyp.trn.char.codes").read_text().splitlines()
+    )
+    assert len(expected) == 401
+    for uid, ref in refs.items():
+        r, h = tokens(" ".join(ref), "char"), tokens(" ".join(hyps[uid]), "char")
+        assert _codes(align(r, h)) == expected[uid], (uid, ref, hyps[uid])
+    assert tokens("two  six", "char") == list("twosix") and tokens("two six") == ["two", "six"]
+
+
+def test_char_counts_per_speaker_and_total_match_sclite_c():
+    refs = _read_trn(FIXTURES / "align" / "ref.trn")
+    hyps = _read_trn(FIXTURES / "align" / "hyp.trn")
+    pairs = [Pair(u, " ".join(r), " ".join(hyps[u]), 1.0) for u, r in refs.items()]
+    expected = _sclite_raw_counts(FIXTURES / "align" / "hyp.trn.char.raw")
+    res = score_pairs(pairs, unit="char")
+    assert res.unit == "char" and res.to_dict()["unit"] == "char"
+
+    def row(c):
+        return (c.snt, c.wrd, c.corr, c.sub, c.dele, c.ins, c.err, c.s_err)
+
+    assert row(res.overall) == expected["Sum"] == (401, 6218, 4049, 834, 1335, 1385, 3554, 387)
+    for spk in {u.split("-")[0] for u in refs}:
+        sub = score_pairs([p for p in pairs if p.id.split("-")[0] == spk], unit="char")
+        assert row(sub.overall) == expected[spk], spk
+    with pytest.raises(ScoringError, match="unknown scoring unit 'letter'"):
+        score_pairs(pairs, unit="letter")
+
 def test_sclite_counts_per_speaker_and_total_match_sclite():
     refs = _read_trn(FIXTURES / "align" / "ref.trn")
     hyps = _read_trn(FIXTURES / "align" / "hyp.trn")
@@ -486,6 +522,27 @@ def test_cli_alignment_option(tmp_path, capsys):
         scoring.main([str(d), "--align", "jiwer"])
     assert "invalid choice: 'jiwer'" in capsys.readouterr().err
 
+
+
+def test_cli_unit_char_writes_the_cer_beside_the_wer(tmp_path, capsys):
+    d = _write_decode_dir(tmp_path / "decode_test", ROWS, {"set": "test"})
+    assert scoring.main([str(d), "--norm", "librispeech"]) == 0
+    wer_before = (d / "wer.json").read_bytes()
+    capsys.readouterr()
+    assert scoring.main([str(d), "--norm", "librispeech", "--unit", "char"]) == 0
+    assert "CER: " in capsys.readouterr().out
+    assert (d / "wer.json").read_bytes() == wer_before  # the word files are left as they were
+    cj = json.loads((d / "cer.json").read_text())
+    ov = cj["overall"]
+    # thecatsat: correct; abcd -> axcde: 1 sub + 1 ins; onetwo -> one: 3 del -> 5 errors / 19 chars
+    assert cj["unit"] == "char" and (ov["wrd"], ov["sub"], ov["ins"], ov["del"], ov["err"]) == (19, 1, 1, 3, 5)
+    assert "CER: 26.32%  (Err 5 / Chr 19)" in (d / "result_char.txt").read_text()
+    per_utt = (d / "per_utt_char.txt").read_text()
+    assert "unit char" in per_utt and "Scores: (#C #S #D #I) 3 0 3 0   CER: 50.00%" in per_utt  # u3
+    assert (d / "errors_char.txt").is_file()
+    with pytest.raises(SystemExit):
+        scoring.main([str(d), "--unit", "letter"])
+    assert "invalid choice: 'letter'" in capsys.readouterr().err
 
 def test_score_dir_without_decode_info(tmp_path):
     d = _write_decode_dir(tmp_path / "decode_dev_beam4", ROWS)

@@ -31,6 +31,7 @@ from asrkit.scoring.report import (
 )
 from asrkit.scoring.score import (
     DEFAULT_BINS,
+    UNITS,
     WER_JSON_FORMAT,
     BinResult,
     Counts,
@@ -72,6 +73,7 @@ __all__ = [
     "get_alignment",
     "parse_bins",
     "score_pairs",
+    "UNITS",
     "read_hyp_jsonl",
     "read_decode_info",
     "score_dir",

@@ -28,6 +28,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 from asrkit.scoring.align import ALIGNMENTS, DEFAULT_ALIGNMENT, EPS, ScoringError
 from asrkit.scoring.score import (
     DEFAULT_BINS,
+    UNITS,
     Counts,
     ScoreResult,
     _fmt_num,
@@ -48,6 +49,7 @@ __all__ = [
     "format_per_utt",
     "format_errors",
     "write_outputs",
+    "output_names",
     "score_dir",
     "main",
 ]
@@ -112,11 +114,15 @@ def format_result(
     if _is_number(info.get("rtf")):
         meta.append(f"RTF: {info['rtf']:.4f}")
     out.append("   ".join(meta))
-    out.append(f"WER: {_f(result.wer, 2)}%  (Err {result.overall.err} / Wrd {result.overall.wrd})")
+    rate = UNITS[result.unit]
+    what = "Wrd" if result.unit == "word" else "Chr"
+    out.append(f"{rate}: {_f(result.wer, 2)}%  (Err {result.overall.err} / {what} {result.overall.wrd})")
+    if result.unit != "word":
+        out.append("units: characters of the normalized text, spaces dropped (sclite -c); # Wrd counts them")
     if result.overall.empty_ref:
         out.append(
             f"note: {result.overall.empty_ref} utterance(s) with an empty reference "
-            "(their WER is undefined; their insertions count in the totals)"
+            f"(their {rate} is undefined; their insertions count in the totals)"
         )
     out.append("")
     out.append("Corr/Sub/Del/Ins/Err in % of # Wrd, S.Err in % of # Snt; 'Sum' row: counts")
@@ -127,12 +133,12 @@ def format_result(
     out.append("")
     edges = ", ".join(_fmt_num(e) for e in result.bin_edges) or "none"
     out.append(
-        f"WER per duration bin (edges {edges} s; lower edge inclusive, upper edge exclusive)"
+        f"{rate} per duration bin (edges {edges} s; lower edge inclusive, upper edge exclusive)"
     )
     out += _table(["Duration", *_COLS], [_pct_row(b.label, b.counts) for b in result.bins])
     if result.windows:
         out.append("")
-        out.append("WER per long-form window size")
+        out.append(f"{rate} per long-form window size")
         out += _table(["Window", *_COLS], [_pct_row(w.label, w.counts) for w in result.windows])
     return "\n".join(out) + "\n"
 
@@ -145,7 +151,8 @@ def format_per_utt(result: ScoreResult) -> str:
     """
     out = [
         "asrkit score: per-utterance alignment "
-        f"(normalizer {result.normalizer.tag}, alignment {result.alignment})",
+        f"(normalizer {result.normalizer.tag}, alignment {result.alignment}"
+        + ("" if result.unit == "word" else f", unit {result.unit}") + ")",
         "",
     ]
     for u in result.utts:
@@ -155,7 +162,7 @@ def format_per_utt(result: ScoreResult) -> str:
         out.append(f"Dur: {u.duration:.2f} s{win}")
         out.append(
             f"Scores: (#C #S #D #I) {c.corr} {c.sub} {c.dele} {c.ins}   "
-            f"WER: {_f(u.wer, 2)}{'%' if u.wer is not None else ' (empty reference)'}"
+            f"{UNITS[result.unit]}: {_f(u.wer, 2)}{'%' if u.wer is not None else ' (empty reference)'}"
         )
         ref_cells, hyp_cells, ev_cells = [], [], []
         for r, h in u.alignment:
@@ -193,12 +200,24 @@ def format_errors(result: ScoreResult, top: Optional[int] = None) -> str:
     return "\n".join(out)
 
 
+def output_names(unit: str = "word") -> dict[str, str]:
+    """The four files :func:`write_outputs` writes for a scoring unit: ``result.txt``,
+    ``per_utt.txt``, ``errors.txt``, ``wer.json`` for words; ``result_char.txt``,
+    ``per_utt_char.txt``, ``errors_char.txt``, ``cer.json`` for characters (beside the word
+    files, never over them)."""
+    if unit == "word":
+        return {"result": "result.txt", "per_utt": "per_utt.txt", "errors": "errors.txt", "json": "wer.json"}
+    return {"result": f"result_{unit}.txt", "per_utt": f"per_utt_{unit}.txt", "errors": f"errors_{unit}.txt",
+            "json": f"{UNITS[unit].lower()}.json"}
+
+
 def write_outputs(
     result: ScoreResult, decode_dir: Union[str, Path], decode_info: Optional[Mapping] = None
 ) -> dict[str, Any]:
     """Write ``result.txt``, ``per_utt.txt``, ``errors.txt`` and ``wer.json`` into
-    ``decode_dir`` atomically; returns the ``wer.json`` content."""
+    ``decode_dir`` atomically (for a CER: :func:`output_names`); returns the JSON content."""
     d = Path(decode_dir)
+    names = output_names(result.unit)
     info = dict(decode_info or {})
     body = result.to_dict()
     rtf = info.get("rtf")
@@ -210,13 +229,13 @@ def write_outputs(
         **body,
         "decode_info": info,
     }
-    with atomic_write(d / "result.txt", encoding="utf-8") as f:
+    with atomic_write(d / names["result"], encoding="utf-8") as f:
         f.write(format_result(result, title=str(d), decode_info=info))
-    with atomic_write(d / "per_utt.txt", encoding="utf-8") as f:
+    with atomic_write(d / names["per_utt"], encoding="utf-8") as f:
         f.write(format_per_utt(result))
-    with atomic_write(d / "errors.txt", encoding="utf-8") as f:
+    with atomic_write(d / names["errors"], encoding="utf-8") as f:
         f.write(format_errors(result))
-    with atomic_write(d / "wer.json", encoding="utf-8") as f:
+    with atomic_write(d / names["json"], encoding="utf-8") as f:
         json.dump(doc, f, indent=2, ensure_ascii=False)
         f.write("\n")
     return doc
@@ -258,8 +277,10 @@ def score_dir(
     bins: Union[str, Sequence[float]] = DEFAULT_BINS,
     normalizer: Union[str, Normalizer, None] = None,
     alignment: str = DEFAULT_ALIGNMENT,
+    unit: str = "word",
 ) -> ScoreResult:
-    """Score ``decode_dir/hyp.jsonl`` and write the four output files next to it.
+    """Score ``decode_dir/hyp.jsonl`` and write the four output files next to it (for
+    ``unit="char"`` the CER's: :func:`output_names`).
 
     ``normalizer``: a name or :class:`Normalizer`; ``None``: :func:`default_normalizer` (the one
     the decoder recorded, so a hand-run ``asrkit score`` gives the recipe's WER).
@@ -273,10 +294,10 @@ def score_dir(
     if normalizer is None:
         normalizer = default_normalizer(d)
     result = score_pairs(
-        read_hyp_jsonl(hyp), bins=bins, normalizer=normalizer, alignment=alignment
+        read_hyp_jsonl(hyp), bins=bins, normalizer=normalizer, alignment=alignment, unit=unit
     )
     write_outputs(result, d, info)
-    logger.info("%s: WER %s%% (%d utts)", d, _f(result.wer, 2), result.overall.snt)
+    logger.info("%s: %s %s%% (%d utts)", d, UNITS[unit], _f(result.wer, 2), result.overall.snt)
     return result
 
 
@@ -286,7 +307,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="asrkit score",
         description="Score DIR/hyp.jsonl: writes result.txt, per_utt.txt, errors.txt and "
-        "wer.json into each DIR and prints the summary.",
+        "wer.json into each DIR and prints the summary (with --unit char: the CER into "
+        "result_char.txt, per_utt_char.txt, errors_char.txt and cer.json).",
     )
     parser.add_argument("dirs", nargs="+", metavar="DIR", help="decode directories")
     parser.add_argument(
@@ -310,11 +332,18 @@ def build_parser() -> argparse.ArgumentParser:
         "ins 3, del 3); 'levenshtein' gives jiwer's and Kaldi compute-wer's (unit costs) "
         "(default: %(default)s)",
     )
+    parser.add_argument(
+        "--unit",
+        default="word",
+        choices=list(UNITS),
+        help="what is counted: 'word' (the WER) or 'char' (the CER: the characters of the "
+        "normalized text without its spaces, as NIST sclite -c aligns them) (default: %(default)s)",
+    )
     return parser
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    """``asrkit score DIR [DIR ...] [--bins 10,15,20] [--norm NAME] [--align NAME]``."""
+    """``asrkit score DIR [DIR ...] [--bins 10,15,20] [--norm NAME] [--align NAME] [--unit word|char]``."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -331,12 +360,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     failed = 0
     for d in args.dirs:
         try:
-            score_dir(d, bins=edges, normalizer=args.norm, alignment=args.align)
+            score_dir(d, bins=edges, normalizer=args.norm, alignment=args.align, unit=args.unit)
         except (ScoringError, OSError) as e:
             print(f"asrkit score: error: {e}", file=sys.stderr)
             failed += 1
             continue
-        print((Path(d) / "result.txt").read_text(encoding="utf-8"))
+        print((Path(d) / output_names(args.unit)["result"]).read_text(encoding="utf-8"))
     return 1 if failed else 0
 
 

@@ -9,6 +9,8 @@ Conventions
 -----------
 - Words are whitespace-separated tokens after text normalization, applied to reference and
   hypothesis alike. The normalizer's name and version are recorded, and so is the alignment.
+- ``unit="char"`` scores characters instead (the CER): each normalized text's characters with
+  the spaces dropped, as NIST sclite's ``-c`` aligns them; every count is then in characters.
 - WER (and every percentage) is in percent: ``100 * Err / Wrd``. ``S.Err`` counts sentences
   with at least one error. An utterance with an empty reference has an undefined WER (``None``)
   but its insertions still count in every total; a group whose references are all empty has an
@@ -40,6 +42,7 @@ from asrkit.textnorm import Normalizer, get_normalizer
 
 __all__ = [
     "DEFAULT_BINS",
+    "UNITS",
     "WER_JSON_FORMAT",
     "Pair",
     "Counts",
@@ -58,6 +61,15 @@ __all__ = [
 ]
 
 DEFAULT_BINS: tuple[float, ...] = (10.0, 15.0, 20.0)
+
+#: What :func:`score_pairs` counts -> the rate's name: words (WER) or characters without the
+#: spaces (CER, NIST sclite's ``-c``).
+UNITS: dict[str, str] = {"word": "WER", "char": "CER"}
+
+
+def tokens(text: str, unit: str = "word") -> list[str]:
+    """The units of a normalized text: its words, or its characters less the spaces."""
+    return text.split() if unit == "word" else list("".join(text.split()))
 WER_JSON_FORMAT = 1  # bump when the layout of wer.json changes incompatibly
 
 
@@ -252,10 +264,12 @@ class ScoreResult:
     normalizer: Normalizer
     bin_edges: tuple[float, ...]
     alignment: str = DEFAULT_ALIGNMENT
+    unit: str = "word"  #: a key of :data:`UNITS`: the counts are of words or of characters
 
     @property
     def wer(self) -> Optional[float]:
-        """Overall WER in percent (``None`` if there are no reference words)."""
+        """Overall error rate in percent (the CER for ``unit="char"``; ``None`` if there are no
+        reference units)."""
         return self.overall.wer
 
     def to_dict(self, top_errors: int = 20) -> dict[str, Any]:
@@ -264,6 +278,7 @@ class ScoreResult:
             "format": WER_JSON_FORMAT,
             "normalizer": self.normalizer.to_dict(),
             "alignment": self.alignment,
+            "unit": self.unit,
             "overall": self.overall.to_dict(),
             "bin_edges": list(self.bin_edges),
             "bins": [b.to_dict() for b in self.bins],
@@ -381,6 +396,7 @@ def score_pairs(
     bins: Union[str, Sequence[float]] = DEFAULT_BINS,
     normalizer: Union[str, Normalizer] = "none",
     alignment: str = DEFAULT_ALIGNMENT,
+    unit: str = "word",
 ) -> ScoreResult:
     """Score hypotheses against references.
 
@@ -389,10 +405,14 @@ def score_pairs(
     edges (see :func:`bin_index`). ``normalizer``: a name from
     :data:`asrkit.textnorm.NORMALIZERS` or a :class:`Normalizer`, applied to ref and hyp.
     ``alignment``: ``"sclite"`` (default: NIST sclite's counts) or ``"levenshtein"`` (unit
-    costs: jiwer's and Kaldi's counts); see :mod:`asrkit.scoring.align`.
+    costs: jiwer's and Kaldi's counts); see :mod:`asrkit.scoring.align`. ``unit``: ``"word"``
+    (the WER) or ``"char"`` (the CER: characters without the spaces, as sclite ``-c``).
 
-    Raises :class:`ScoringError` for a malformed pair, a repeated id or an unknown alignment.
+    Raises :class:`ScoringError` for a malformed pair, a repeated id, an unknown alignment or
+    unit.
     """
+    if unit not in UNITS:
+        raise ScoringError(f"unknown scoring unit {unit!r}: choose one of {', '.join(UNITS)}")
     aligner = get_alignment(alignment)
     norm = get_normalizer(normalizer)
     edges = parse_bins(bins)
@@ -414,7 +434,7 @@ def score_pairs(
         if p.id in seen:
             raise ScoringError(f"pair #{k}: id {p.id!r} repeats pair #{seen[p.id]}")
         seen[p.id] = k
-        ali = aligner(norm(p.ref).split(), norm(p.hyp).split())
+        ali = aligner(tokens(norm(p.ref), unit), tokens(norm(p.hyp), unit))
         c = alignment_counts(ali)
         for r, h in ali:
             if r is None:
@@ -441,6 +461,7 @@ def score_pairs(
         normalizer=norm,
         bin_edges=edges,
         alignment=alignment,
+        unit=unit,
     )
 
 
