@@ -460,6 +460,7 @@ def test_seed_study_table_groups_each_sides_seeds_and_tests_them_by_speaker(tmp_
     """--seeds: asrkit compare over asrkit_seedN / espnet_seedN, one row per side (mean and spread
     over the seeds), the seed-level difference with ESPnet the baseline, blocked by speaker."""
     from asrkit.bench.peers.table import _compare, compare_cells, format_seeds_table
+    from asrkit.scoring.report import main as scoring_main
     from asrkit.scoring.report import score_dir
 
     refs = peers.read_kaldi_text(FIX / "ref_text")
@@ -486,6 +487,22 @@ def test_seed_study_table_groups_each_sides_seeds_and_tests_them_by_speaker(tmp_
     assert "2 seed(s) a side (1, 2), 1200 optimizer steps each" in text
     assert f"| test | {cells['asrkit']} | {cells['espnet']} | {cells['diff']} | 0.167 |" in text
     assert "ESPnet decodes `latest.pth`" in text and "- a difference" in text
+    # the CER of the same hypotheses: asrkit score --unit char's figure for each side and seed
+    from asrkit.bench.peers.cli import cer_rates
+
+    cer = cer_rates(tmp_path, ["test", "absent"], [1, 2])
+    assert set(cer) == {"test"}
+    for side in ("asrkit", "espnet"):
+        for seed in (1, 2):
+            d = tmp_path / "exps" / f"{side}_seed{seed}" / "decode_test"
+            assert scoring_main([str(d), "--unit", "char", "--norm", peers.NORM]) == 0
+            assert cer["test"][side][seed] == json.loads((d / "cer.json").read_text())["overall"]["wer"]
+    assert cer["test"]["asrkit"][1] < cer["test"]["asrkit"][2] < cer["test"]["espnet"][1] < cer["test"]["espnet"][2]
+    text = format_seeds_table({"seeds": [1, 2], "steps": 1200, "sets": ["test"], "compare": {"test": cells}, "cer": cer,
+                               "per_seed": {"asrkit": {1: run, 2: run}, "espnet": {1: run, 2: run}}})
+    a, e = cer["test"]["asrkit"], cer["test"]["espnet"]
+    assert (f"| test | {(a[1] + a[2]) / 2:.2f} ({a[1]:.2f}, {a[2]:.2f}) | {(e[1] + e[2]) / 2:.2f} ({e[1]:.2f}, "
+            f"{e[2]:.2f}) | {(a[1] + a[2] - e[1] - e[2]) / 2:+.2f} |") in text
 
 
 def test_asrkit_tlg_row_tunes_on_dev_decodes_with_the_chosen_weights_and_stays_out_of_the_comparison(tmp_path, monkeypatch):

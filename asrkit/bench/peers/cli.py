@@ -13,6 +13,7 @@ from asrkit.bench.peers.common import (
     DEFAULT_RECIPE,
     DEFAULT_SETS,
     ESPNET_VENV,
+    NORM,
     REPO,
     PeersError,
 )
@@ -279,6 +280,7 @@ def _main_seeds(args, cfg, env: dict, work: Path, res: dict) -> int:
                                   for s in seeds} for side in ("asrkit", "espnet")}
         res["espnet_version"] = _espnet_version(args.espnet_venv)
         res["tlg"] = tlg_wers(work, args.sets, seeds)
+        res["cer"] = cer_rates(work, args.sets, seeds)
     except PeersError as e:
         print(f"asrkit bench peers: error: {e}", file=sys.stderr)
         return 1
@@ -298,6 +300,23 @@ def tlg_wers(work: Path, sets: list[str], seeds: list[int]) -> dict:
                 r = json.loads(tlg.read_text())["result"]
                 out.setdefault(s, {})[sd] = {"wer": json.loads(wer.read_text())["overall"]["wer"], "best": r["best"],
                                              "order": r["order"]}
+    return out
+
+
+def cer_rates(work: Path, sets: list[str], seeds: list[int]) -> dict:
+    """Per set and side, each seed's CER (characters without spaces, sclite -c's count) of the
+    same hypotheses the WER table scores (``WORK/exps/<side>_seedN/decode_<set>/hyp.jsonl``,
+    normalizer ``NORM``); computed here, nothing written."""
+    from asrkit.scoring import read_hyp_jsonl, score_pairs
+
+    out: dict[str, dict] = {}
+    for s in sets:
+        for side in ("asrkit", "espnet"):
+            for sd in seeds:
+                hyp = work / "exps" / f"{side}_seed{sd}" / f"decode_{s}" / "hyp.jsonl"
+                if hyp.is_file():
+                    r = score_pairs(read_hyp_jsonl(hyp), normalizer=NORM, unit="char")
+                    out.setdefault(s, {}).setdefault(side, {})[sd] = r.wer
     return out
 
 

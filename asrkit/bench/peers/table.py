@@ -219,6 +219,20 @@ def format_seeds_table(res: dict) -> str:
     for s in res["sets"]:
         c = cmp.get(s, {})
         L.append(f"| {s} | {c.get('asrkit', '-')} | {c.get('espnet', '-')} | {c.get('diff', '-')} | {c.get('seeds_p', '-')} |")
+    cer = res.get("cer") or {}
+    if cer:
+        L += ["", "The same hypotheses scored by characters (CER: letters without spaces, as NIST sclite -c "
+              "counts them; no significance test here, the tests above are on words):", "",
+              "| test set | asrkit CER %, mean (per seed) | ESPnet CER %, mean (per seed) | asrkit - ESPnet |",
+              "|---|---:|---:|---:|"]
+        for s in res["sets"]:
+            per = cer.get(s, {})
+            if not all(per.get(side) for side in ("asrkit", "espnet")):
+                continue
+            m = {side: statistics.fmean(per[side].values()) for side in ("asrkit", "espnet")}
+            cells = [f"{m[side]:.2f} (" + ", ".join(f"{v:.2f}" for _, v in sorted(per[side].items(), key=lambda kv: int(kv[0])))
+                     + ")" for side in ("asrkit", "espnet")]
+            L.append(f"| {s} | {cells[0]} | {cells[1]} | {m['asrkit'] - m['espnet']:+.2f} |")
     tlg = res.get("tlg") or {}
     if tlg:  # asrkit only: no ESPnet counterpart, never in the comparison above
         L += ["", "asrkit only, not compared: the same asrkit models decoded with a TLG graph (a word "
