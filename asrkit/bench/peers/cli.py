@@ -314,8 +314,8 @@ def cer_rates(work: Path, sets: list[str], seeds: list[int]) -> dict:
         for side in ("asrkit", "espnet"):
             for sd in seeds:
                 hyp = work / "exps" / f"{side}_seed{sd}" / f"decode_{s}" / "hyp.jsonl"
-                if hyp.is_file():
-                    r = score_pairs(read_hyp_jsonl(hyp), normalizer=NORM, unit="char")
+                r = score_pairs(read_hyp_jsonl(hyp), normalizer=NORM, unit="char") if hyp.is_file() else None
+                if r is not None and r.wer is not None:  # (None: no reference letters to count)
                     out.setdefault(s, {}).setdefault(side, {})[sd] = r.wer
     return out
 
