@@ -6,6 +6,7 @@ PCA, attention maps, errors vs transcription length, looping/skipping). Plots ar
     asrkit analysis attention --exp-dir EXP --set test --utt ID [--out attention.png]
     asrkit analysis errors-vs-length EXP/decode_test [EXP2/decode_test ...] [--bin-width 5] [--out fig4.png]
     asrkit analysis errors-by-position EXP/decode_test-longform [EXP2/...] [--bins 10 | --bin-seconds 5]
+    asrkit analysis errors-at-joins EXP/decode_test-longform [EXP2/...] --segments SEGMENTS.jsonl
     asrkit analysis looping EXP/decode_test-longform [...] [--min-span 4] [--json looping.json]
 
 * ``receptive-field`` (Fig. 3): (W - 1) x 80 ms x layers, and the exact span of input frames.
@@ -18,6 +19,12 @@ PCA, attention maps, errors vs transcription length, looping/skipping). Plots ar
 * ``errors-by-position``: word error rate by where the reference word sits in its utterance
   (fractions of it, or estimated seconds): whether a model's errors grow late in long audio, past
   the lengths it trained on (a positional encoding's extrapolation), or are spread evenly.
+* ``errors-at-joins``: in recordings made of consecutive segments (sentences with pauses between
+  them, utterances appended into a long-form window), the errors at the joins against those inside
+  the segments: error rates of a segment's first, inner and last words, and insertions per gap at a
+  join, inside a segment and at the recording's two ends. ``--segments`` is a JSONL file of
+  ``{"id": ..., "sentences": [text, ...]}`` (the synthetic corpus writes one per part,
+  ``synth_utts/<part>.jsonl``); the texts, normalized, must give the reference's words.
 * ``looping``: hypotheses that skip (a run of >= ``--min-span`` deleted reference words in the
   alignment) or loop (a span of >= ``--min-span`` words that the hypothesis repeats more often than
   the reference has it), per decode dir.
@@ -282,6 +289,112 @@ def plot_errors_by_position(series: dict, seconds: bool, out: Pathlike, min_word
     return save_png(fig, out)
 
 
+# ------------------------------------------------------------------------------ errors at joins
+
+#: classes of reference words and of the gaps where insertions sit (:func:`errors_at_joins`)
+WORD_CLASSES = ("first", "inner", "last")
+GAP_CLASSES = ("join", "inner", "end")
+
+
+def read_segments(path: Pathlike) -> dict[str, list[str]]:
+    """``{id: [segment text, ...]}`` from a JSONL file of ``{"id", "sentences"}`` records."""
+    out: dict[str, list[str]] = {}
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                d = json.loads(line)
+                uid, sents = d["id"], d["sentences"]
+            except (ValueError, KeyError, TypeError) as err:
+                raise ValueError(f"{path}:{n}: expected a JSON object with \"id\" and \"sentences\" "
+                                 f"(a list of texts), got {line.strip()[:80]!r} ({err})") from None
+            if not isinstance(sents, list) or not all(isinstance(x, str) for x in sents):
+                raise ValueError(f"{path}:{n}: \"sentences\" of {uid!r} must be a list of texts")
+            out[str(uid)] = sents
+    return out
+
+
+def errors_at_joins(path: Pathlike, segments: dict[str, list[str]], norm: str = "none") -> dict:
+    """Errors at the joins of consecutive segments against those inside them.
+
+    Each reference word is a segment's ``first`` word, an ``inner`` one or its ``last`` (a one-word
+    segment counts as first); each insertion sits in a gap between two reference words: a ``join``
+    (the last word of one segment and the first of the next), an ``inner`` gap of a segment, or an
+    ``end`` (before the first or after the last word of the recording). Returns ``{"words": {class:
+    {"words", "sub", "del"}}, "gaps": {class: {"gaps", "ins"}}, "utterances", "wer"}``; the counts
+    are :func:`asrkit.scoring.align`'s (sclite's), so they add up to ``asrkit score``'s."""
+    from asrkit.scoring import align
+    from asrkit.textnorm import get_normalizer
+
+    n = get_normalizer(norm)
+    words = {c: {"words": 0, "sub": 0, "del": 0} for c in WORD_CLASSES}
+    gaps = {c: {"gaps": 0, "ins": 0} for c in GAP_CLASSES}
+    utts = 0
+    for p, ref, hyp in _read(path, norm):
+        if p.id not in segments:
+            raise ValueError(f"{_hyp_file(path)}: utterance {p.id!r} is not in the segments file: "
+                             "give the segments of the set that was decoded")
+        lens = [len(_words(s, n)) for s in segments[p.id]]
+        if sum(lens) != len(ref) or 0 in lens:
+            raise ValueError(f"{p.id!r}: its segments have {sum(lens)} words after normalization "
+                             f"({lens}), its reference {len(ref)}: the segments must be the reference's "
+                             "sentences, none empty, normalized with the same --norm")
+        utts += 1
+        ends = set()
+        for k in lens:
+            ends.add((max(ends) if ends else -1) + k)
+        starts = {0} | {e + 1 for e in ends if e + 1 < len(ref)}
+        gaps["join"]["gaps"] += max(len(lens) - 1, 0)
+        gaps["inner"]["gaps"] += sum(k - 1 for k in lens)
+        gaps["end"]["gaps"] += 2 if ref else 1  # an empty reference: one gap, the whole recording
+        i = 0  # the next reference word
+        for r, h in align(ref, hyp):
+            if r is None:
+                where = "end" if i in (0, len(ref)) else ("join" if i in starts else "inner")
+                gaps[where]["ins"] += 1
+                continue
+            c = words["first" if i in starts else ("last" if i in ends else "inner")]
+            c["words"] += 1
+            if h is None:
+                c["del"] += 1
+            elif h != r:
+                c["sub"] += 1
+            i += 1
+    if not utts:
+        raise ValueError(f"{_hyp_file(path)}: no utterances")
+    nw = sum(c["words"] for c in words.values())
+    err = sum(c["sub"] + c["del"] for c in words.values()) + sum(g["ins"] for g in gaps.values())
+    return {"words": words, "gaps": gaps, "utterances": utts, "wer": 100.0 * err / nw if nw else float("nan")}
+
+
+def _pct(a: int, b: int) -> float:
+    return 100.0 * a / b if b else float("nan")
+
+
+def plot_errors_at_joins(series: dict, out: Pathlike) -> Path:
+    """Left: substitutions + deletions per reference word of each class; right: insertions per gap."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(8, 3.6), layout="constrained")
+    left, right = fig.subplots(1, 2)
+    width = 0.8 / max(len(series), 1)
+    for k, (name, r) in enumerate(series.items()):
+        xs = [j + k * width for j in range(3)]
+        left.bar(xs, [_pct(r["words"][c]["sub"] + r["words"][c]["del"], r["words"][c]["words"])
+                      for c in WORD_CLASSES], width, label=name)
+        right.bar(xs, [_pct(r["gaps"][c]["ins"], r["gaps"][c]["gaps"]) for c in GAP_CLASSES], width, label=name)
+    for ax, labels, ylabel in ((left, ("first", "inner", "last"), "sub + del per reference word (%)"),
+                               (right, ("at a join", "inside a segment", "at an end"), "insertions per gap (%)")):
+        ax.set_xticks([j + width * (len(series) - 1) / 2 for j in range(3)], labels)
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3, axis="y")
+    left.set_xlabel("word of its segment")
+    right.set_xlabel("gap between reference words")
+    left.legend(fontsize="small")
+    return save_png(fig, out)
+
+
 # --------------------------------------------------------------------------- looping / skipping
 
 
@@ -337,7 +450,7 @@ def build_parser() -> argparse.ArgumentParser:
     from asrkit.cliargs import Parser, add_exp_dir, add_out, add_overrides, add_sets
 
     p = Parser(prog="asrkit analysis", description=__doc__)
-    sub = p.add_subparsers(dest="cmd", required=True, metavar="{receptive-field,pca,attention,errors-vs-length,errors-by-position,looping}")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="{receptive-field,pca,attention,errors-vs-length,errors-by-position,errors-at-joins,looping}")
     rf = sub.add_parser("receptive-field", help="receptive field of a conv encoder config (Fig. 3)",
                         description="Receptive field of a conv encoder config (Park & Sung Fig. 3).")
     rf.add_argument("config", type=Path, help="a YAML config")
@@ -375,6 +488,16 @@ def build_parser() -> argparse.ArgumentParser:
                     help="plot only bins with at least this many reference words (all are printed)")
     ep.add_argument("--norm", default="none", help="text normalizer (as asrkit score)")
     add_out(ep, "PNG to write", default=Path("errors_by_position.png"))
+    ej = sub.add_parser("errors-at-joins", help="errors at the joins of consecutive segments against inside them",
+                        description="Errors at the joins of a long recording's segments (sentences, appended "
+                        "utterances) against those inside them: is a model's long-form loss at the pauses?")
+    ej.add_argument("dirs", nargs="+", help="decode dirs (or hyp.jsonl files)")
+    ej.add_argument("--segments", type=Path, required=True,
+                    help='JSONL of {"id": ..., "sentences": [text, ...]} (the synthetic corpus: '
+                    "data/corpus/LibriSpeech/synth_utts/test-longform.jsonl)")
+    ej.add_argument("--names", nargs="*", default=None, help="legend names (default: the paths)")
+    ej.add_argument("--norm", default="none", help="text normalizer (as asrkit score)")
+    add_out(ej, "PNG to write", default=Path("errors_at_joins.png"))
     lp = sub.add_parser("looping", help="count hypotheses that skip or repeat long spans",
                         description="Count hypotheses that skip or repeat long spans of the reference.")
     lp.add_argument("dirs", nargs="+", help="decode dirs (or hyp.jsonl files)")
@@ -459,6 +582,25 @@ def _run(args) -> int:
                 print(f"  {r['start']:>5.2f}-{r['end']:<5.2f}{unit}: {r['words']:>6} words, WER {r['wer']:6.2f} % "
                       f"(sub {r['sub']}, del {r['del']}, ins {r['ins']})")
         plot_errors_by_position(series, args.bin_seconds > 0, args.out, args.min_words)
+        print(args.out)
+        return 0
+    if args.cmd == "errors-at-joins":
+        names = args.names or [str(d) for d in args.dirs]
+        if len(names) != len(args.dirs):
+            raise ValueError(f"--names: {len(names)} names for {len(args.dirs)} dirs")
+        segs = read_segments(args.segments)
+        series = {n: errors_at_joins(d, segs, args.norm) for n, d in zip(names, args.dirs)}
+        for n, r in series.items():
+            print(f"{n}: {r['utterances']} recordings, WER {r['wer']:.2f} %")
+            for c in WORD_CLASSES:
+                w = r["words"][c]
+                print(f"  {c:>5} words of a segment: {w['words']:>6}, sub {_pct(w['sub'], w['words']):6.2f} %, "
+                      f"del {_pct(w['del'], w['words']):6.2f} %")
+            for c, label in zip(GAP_CLASSES, ("at a join", "inside a segment", "at an end")):
+                g = r["gaps"][c]
+                print(f"  insertions {label:>16}: {g['ins']:>5} in {g['gaps']:>6} gaps "
+                      f"({_pct(g['ins'], g['gaps']):.2f} per 100)")
+        plot_errors_at_joins(series, args.out)
         print(args.out)
         return 0
     # looping
