@@ -586,6 +586,10 @@ def test_init_from_takes_each_sides_model_of_the_same_seed(tmp_path):
         init_models(study, 2)
     (study / "exps" / "asrkit_seed2").mkdir(parents=True)
     (study / "exps" / "asrkit_seed2" / "train_info.json").write_text("{}")
+    # one side alone (--only asrkit) needs only that side's model; the other side's is still missing
+    assert init_models(study, 2, ("asrkit",)) == {"asrkit": (study / "exps" / "asrkit_seed2").resolve()}
+    with pytest.raises(peers.PeersError, match=r"not finished on espnet's side.*--seeds 2 --only espnet first"):
+        init_models(study, 2, ("espnet",))
     e = study / "espnet_seed2"
     (e / "exp").mkdir(parents=True)
     (e / "result.json").write_text(json.dumps({"run": {}, "result": {"model": "latest.pth"}}))

@@ -244,8 +244,10 @@ def _main_seeds(args, cfg, env: dict, work: Path, res: dict) -> int:
         durs, epochs, iters = _prepare(args, cfg, work, res)
         typical = round(100 * statistics.median(durs[args.train].values()))
         for seed in args.seeds:
-            init = init_models(args.init_from, seed) if args.init_from and args.only != "table" else None
-            over = [*args.asrkit_args, f"train.seed={seed}", *([f"train.init_from={init['asrkit']}"] if init else [])]
+            sides = (args.only,) if args.only in ("asrkit", "espnet") else ("asrkit", "espnet")
+            init = init_models(args.init_from, seed, sides) if args.init_from and args.only != "table" else None
+            over = [*args.asrkit_args, f"train.seed={seed}",
+                    *([f"train.init_from={init['asrkit']}"] if init and "asrkit" in init else [])]
             cfg_s = load_config(args.config, over)
             for side in ("asrkit", "espnet"):
                 if args.only == "table" or args.only in ("asrkit", "espnet") and side != args.only:
@@ -320,21 +322,32 @@ def cer_rates(work: Path, sets: list[str], seeds: list[int]) -> dict:
     return out
 
 
-def init_models(study: Path, seed: int) -> dict:
-    """The models of seed ``seed`` of the study in ``study`` (a --seeds WORK dir) that each side of
-    this study starts from: asrkit's experiment dir; ESPnet's decoded checkpoint and token list."""
+def init_models(study: Path, seed: int, sides: tuple[str, ...] = ("asrkit", "espnet")) -> dict:
+    """The models of seed ``seed`` of the study in ``study`` (a --seeds WORK dir) that the given
+    sides of this study start from: asrkit's experiment dir; ESPnet's decoded checkpoint and token
+    list. Only the sides asked for must have finished there (``--only asrkit`` needs asrkit's)."""
     study = study.resolve()
     doc = study / f"espnet_seed{seed}" / "result.json"
     exp = study / "exps" / f"asrkit_seed{seed}"
-    if not doc.is_file() or not (exp / "train_info.json").is_file():
-        raise PeersError(f"--init-from {study}: seed {seed} has not finished on both sides there "
-                         f"({exp}/train_info.json, {doc}); run that study's --seeds {seed} first")
-    model = study / f"espnet_seed{seed}" / "exp" / json.loads(doc.read_text())["result"]["model"]
-    tokens = study / f"espnet_seed{seed}" / "tokens" / "tokens.txt"
-    for f in (model, tokens):
-        if not f.is_file():
-            raise PeersError(f"--init-from {study}: {f} is missing (ESPnet's side of seed {seed} was moved or cleaned)")
-    return {"asrkit": exp, "espnet": (model, tokens)}
+    need = {"asrkit": exp / "train_info.json", "espnet": doc}
+    missing = [str(need[s]) for s in sides if not need[s].is_file()]
+    if missing:
+        which = "both sides" if len(sides) > 1 else f"{sides[0]}'s side"
+        only = f" --only {sides[0]}" if len(sides) == 1 else ""
+        raise PeersError(f"--init-from {study}: seed {seed} has not finished on {which} there "
+                         f"({', '.join(missing)}); run that study's --seeds {seed}{only} first")
+    out: dict = {}
+    if "asrkit" in sides:
+        out["asrkit"] = exp
+    if "espnet" in sides:
+        model = study / f"espnet_seed{seed}" / "exp" / json.loads(doc.read_text())["result"]["model"]
+        tokens = study / f"espnet_seed{seed}" / "tokens" / "tokens.txt"
+        for f in (model, tokens):
+            if not f.is_file():
+                raise PeersError(f"--init-from {study}: {f} is missing (ESPnet's side of seed {seed} was moved "
+                                 "or cleaned)")
+        out["espnet"] = (model, tokens)
+    return out
 
 
 def _save(path: Path, result: dict, res: dict) -> None:
