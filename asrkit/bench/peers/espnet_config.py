@@ -116,7 +116,8 @@ def espnet_config(cfg, *, epochs: int, iters_per_epoch: int, typical_frames: int
             "data_aug_effects": [[1.0, "speed_perturb", {"factor": f}] for f in speed],
             "data_aug_num": [1, 1], "data_aug_prob": len(speed) / (len(speed) + 1)}
         diffs.append(f"speed perturbation {speed}: both draw 1.0 or one factor uniformly per utterance and epoch; "
-                     "asrkit resamples with Lhotse's perturb_speed, ESPnet with its preprocessor's speed_perturb "
+                     "asrkit resamples with Lhotse's windowed-sinc filter applied as one matrix product (asrkit.data.speed), "
+                     "ESPnet with its preprocessor's speed_perturb "
                      "effect (torchaudio resampling), and ESPnet batches by the unperturbed lengths")
     for key in ("volume", "noise_prob", "reverb_prob"):
         v = getattr(aug, key, None) if aug is not None else None
