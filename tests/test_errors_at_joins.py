@@ -6,22 +6,12 @@ counted is checked on a hand-made case whose alignment has one answer."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
+from helpers_sclite import ALIGN, align_codes, read_trn
 
 from asrkit.reports.analysis import errors_at_joins, main, read_segments
-
-ALIGN = Path(__file__).parent / "fixtures" / "sclite" / "align"
-
-
-def _trn(path: Path) -> dict[str, str]:
-    out = {}
-    for line in path.read_text().splitlines():
-        m = re.fullmatch(r"(.*)\((\S+)\)", line)
-        out[m.group(2)] = m.group(1).strip()
-    return out
 
 
 def _write(path: Path, rows) -> Path:
@@ -40,8 +30,8 @@ def _segments(path: Path, segs: dict[str, list[str]]) -> Path:
 def test_the_classes_add_up_to_sclites_counts(tmp_path):
     """Each fixture reference cut into segments of 3 words: words, substitutions, deletions and
     insertions over the classes are those of sclite's alignments (as in test_errors_by_position)."""
-    refs, hyps = _trn(ALIGN / "ref.trn"), _trn(ALIGN / "hyp.trn")
-    codes = dict((line.split(" ") + [""])[:2] for line in (ALIGN / "hyp.trn.codes").read_text().splitlines())
+    refs, hyps = read_trn(ALIGN / "ref.trn"), read_trn(ALIGN / "hyp.trn")
+    codes = align_codes()
     keep = [u for u in refs if refs[u] == refs[u].lower() and hyps[u] == hyps[u].lower()]
     assert len(keep) > 380 and any(not refs[u].split() for u in keep)  # empty references too
     d = _write(tmp_path / "dec", [(u, refs[u], hyps[u]) for u in keep])

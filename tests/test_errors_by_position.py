@@ -6,20 +6,11 @@ insertions in bins is checked on small hand-made cases."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
+from helpers_sclite import ALIGN, align_codes, read_trn
+
 from asrkit.reports.analysis import errors_by_position, main
-
-ALIGN = Path(__file__).parent / "fixtures" / "sclite" / "align"
-
-
-def _trn(path: Path) -> dict[str, str]:
-    out = {}
-    for line in path.read_text().splitlines():
-        m = re.fullmatch(r"(.*)\((\S+)\)", line)
-        out[m.group(2)] = m.group(1).strip()
-    return out
 
 
 def _write(path: Path, rows) -> Path:
@@ -33,8 +24,8 @@ def _write(path: Path, rows) -> Path:
 def test_the_bins_add_up_to_sclites_counts(tmp_path):
     """Over the fixture's utterances without capitals (the analysis folds case; sclite ran with -s),
     the bins' words, substitutions, deletions and insertions are those of sclite's alignments."""
-    refs, hyps = _trn(ALIGN / "ref.trn"), _trn(ALIGN / "hyp.trn")
-    codes = dict((line.split(" ") + [""])[:2] for line in (ALIGN / "hyp.trn.codes").read_text().splitlines())
+    refs, hyps = read_trn(ALIGN / "ref.trn"), read_trn(ALIGN / "hyp.trn")
+    codes = align_codes()
     keep = [u for u in refs if refs[u] == refs[u].lower() and hyps[u] == hyps[u].lower()]
     assert len(keep) > 380
     d = _write(tmp_path / "dec", [(u, refs[u], hyps[u], 1.0 + len(refs[u].split()) / 3) for u in keep])

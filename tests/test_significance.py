@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers_sclite import read_trn
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -32,20 +33,12 @@ SYSTEMS = ["sysA", "sysB", "sysC", "sysD"]  # sc_stats's order; sysD is a copy o
 PAIRS = [(a, b) for i, a in enumerate(SYSTEMS) for b in SYSTEMS[i + 1 :]]
 
 
-def _read_trn(path: Path) -> dict[str, str]:
-    out = {}
-    for line in path.read_text().splitlines():
-        m = re.fullmatch(r"(.*)\((\S+)\)", line)
-        out[m.group(2)] = m.group(1).strip()
-    return out
-
-
 @pytest.fixture(scope="module")
 def results():
-    refs = _read_trn(STATS / "ref.trn")
+    refs = read_trn(STATS / "ref.trn")
     out = {}
     for name in SYSTEMS:
-        hyps = _read_trn(STATS / f"{name}.trn")
+        hyps = read_trn(STATS / f"{name}.trn")
         out[name] = score_pairs([Pair(u, r, hyps[u], 1.0) for u, r in refs.items()])
     return out
 
