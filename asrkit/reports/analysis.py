@@ -39,6 +39,7 @@ import json
 import logging
 import sys
 from collections import Counter
+from itertools import accumulate
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
@@ -294,6 +295,7 @@ def plot_errors_by_position(series: dict, seconds: bool, out: Pathlike, min_word
 #: classes of reference words and of the gaps where insertions sit (:func:`errors_at_joins`)
 WORD_CLASSES = ("first", "inner", "last")
 GAP_CLASSES = ("join", "inner", "end")
+GAP_LABELS = ("at a join", "inside a segment", "at an end")  # how GAP_CLASSES are printed and plotted
 
 
 def read_segments(path: Pathlike) -> dict[str, list[str]]:
@@ -341,9 +343,7 @@ def errors_at_joins(path: Pathlike, segments: dict[str, list[str]], norm: str = 
                              f"({lens}), its reference {len(ref)}: the segments must be the reference's "
                              "sentences, none empty, normalized with the same --norm")
         utts += 1
-        ends = set()
-        for k in lens:
-            ends.add((max(ends) if ends else -1) + k)
+        ends = {e - 1 for e in accumulate(lens)}  # the index of each segment's last word
         starts = {0} | {e + 1 for e in ends if e + 1 < len(ref)}
         gaps["join"]["gaps"] += max(len(lens) - 1, 0)
         gaps["inner"]["gaps"] += sum(k - 1 for k in lens)
@@ -384,8 +384,8 @@ def plot_errors_at_joins(series: dict, out: Pathlike) -> Path:
         left.bar(xs, [_pct(r["words"][c]["sub"] + r["words"][c]["del"], r["words"][c]["words"])
                       for c in WORD_CLASSES], width, label=name)
         right.bar(xs, [_pct(r["gaps"][c]["ins"], r["gaps"][c]["gaps"]) for c in GAP_CLASSES], width, label=name)
-    for ax, labels, ylabel in ((left, ("first", "inner", "last"), "sub + del per reference word (%)"),
-                               (right, ("at a join", "inside a segment", "at an end"), "insertions per gap (%)")):
+    for ax, labels, ylabel in ((left, WORD_CLASSES, "sub + del per reference word (%)"),
+                               (right, GAP_LABELS, "insertions per gap (%)")):
         ax.set_xticks([j + width * (len(series) - 1) / 2 for j in range(3)], labels)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3, axis="y")
@@ -523,6 +523,14 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 2
 
 
+def _names(args) -> list[str]:
+    """The legend names of ``args.dirs``: ``--names``, one per dir, or the paths themselves."""
+    names = args.names or [str(d) for d in args.dirs]
+    if len(names) != len(args.dirs):
+        raise ValueError(f"--names: {len(names)} names for {len(args.dirs)} dirs")
+    return names
+
+
 def _run(args) -> int:
     from asrkit.utils import atomic_write
 
@@ -556,9 +564,7 @@ def _run(args) -> int:
         print(out)
         return 0
     if args.cmd == "errors-vs-length":
-        names = args.names or [str(d) for d in args.dirs]
-        if len(names) != len(args.dirs):
-            raise ValueError(f"--names: {len(names)} names for {len(args.dirs)} dirs")
+        names = _names(args)
         series = {n: errors_by_length(d, args.bin_width, args.norm) for n, d in zip(names, args.dirs)}
         for n, bins in series.items():
             print(n)
@@ -568,9 +574,7 @@ def _run(args) -> int:
         print(args.out)
         return 0
     if args.cmd == "errors-by-position":
-        names = args.names or [str(d) for d in args.dirs]
-        if len(names) != len(args.dirs):
-            raise ValueError(f"--names: {len(names)} names for {len(args.dirs)} dirs")
+        names = _names(args)
         if args.bins < 1 or args.bin_seconds < 0:
             raise ValueError(f"--bins {args.bins} / --bin-seconds {args.bin_seconds}: a positive number of bins, "
                              "seconds >= 0 (0: fractions)")
@@ -585,9 +589,7 @@ def _run(args) -> int:
         print(args.out)
         return 0
     if args.cmd == "errors-at-joins":
-        names = args.names or [str(d) for d in args.dirs]
-        if len(names) != len(args.dirs):
-            raise ValueError(f"--names: {len(names)} names for {len(args.dirs)} dirs")
+        names = _names(args)
         segs = read_segments(args.segments)
         series = {n: errors_at_joins(d, segs, args.norm) for n, d in zip(names, args.dirs)}
         for n, r in series.items():
@@ -596,7 +598,7 @@ def _run(args) -> int:
                 w = r["words"][c]
                 print(f"  {c:>5} words of a segment: {w['words']:>6}, sub {_pct(w['sub'], w['words']):6.2f} %, "
                       f"del {_pct(w['del'], w['words']):6.2f} %")
-            for c, label in zip(GAP_CLASSES, ("at a join", "inside a segment", "at an end")):
+            for c, label in zip(GAP_CLASSES, GAP_LABELS):
                 g = r["gaps"][c]
                 print(f"  insertions {label:>16}: {g['ins']:>5} in {g['gaps']:>6} gaps "
                       f"({_pct(g['ins'], g['gaps']):.2f} per 100)")
