@@ -575,6 +575,26 @@ def test_seeds_with_the_same_inputs_in_their_own_dirs_are_grouped_and_others_are
     assert _same_inputs_seed_keys(tmp_path, [1, 2]) == []
 
 
+def test_seeds_started_each_from_their_own_seeds_model_are_grouped(tmp_path):
+    """--init-from: speechocean762's seed N starts from the mini study's asrkit_seedN, so the seeds'
+    configs differ in train.init_from too; they are seeds of one row only when each names its own
+    seed's model (the 2-seed table of 2026-11-30 printed '-' for asrkit without this)."""
+    from asrkit.bench.peers.table import _same_inputs_seed_keys
+
+    def init(seed, path):
+        d = tmp_path / "exps" / f"asrkit_seed{seed}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "config.yaml").write_text(f"train:\n  seed: {seed}\n  init_from: {path}\n")
+
+    for seed in (1, 2):
+        init(seed, f"/s/mini/exp/peers_equal/exps/asrkit_seed{seed}")
+    assert _same_inputs_seed_keys(tmp_path, [1, 2]) == ["--seed-keys", "train.init_from"]
+    init(2, "/s/mini/exp/peers_equal/exps/asrkit_seed1")  # seed 2 from seed 1's model: not a seed of the row
+    assert _same_inputs_seed_keys(tmp_path, [1, 2]) == []
+    init(2, "/s/mini/exp/peers_equal/exps/asrkit_seed2/checkpoints/step-00001200.pt")
+    assert _same_inputs_seed_keys(tmp_path, [1, 2]) == ["--seed-keys", "train.init_from"]
+
+
 def test_init_from_takes_each_sides_model_of_the_same_seed(tmp_path):
     """--init-from STUDY: seed N of this study starts asrkit from STUDY/exps/asrkit_seedN and ESPnet
     from the checkpoint its side decoded, with its token list; a seed not finished there is an

@@ -137,6 +137,8 @@ def _compare(work: Path, sets: list[str], seeds: list[int] | None = None) -> dic
     p = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=REPO)
     if p.returncode != 0:
         raise PeersError(f"asrkit compare failed:\n{p.stderr[-2000:]}")
+    if p.stderr.strip():  # its warnings (e.g. why two seeds were not pooled) reach the user
+        print(p.stderr.rstrip(), file=sys.stderr)
     doc = json.loads((out / "compare.json").read_text())
     return {"doc": doc, "md": (out / "compare.md").read_text()}
 
@@ -161,18 +163,35 @@ def _digest(path: Path) -> str:
 
 
 def _same_inputs_seed_keys(work: Path, seeds: list[int]) -> list[str]:
-    """Each asrkit seed of a study prepares its own manifests and tokens (WORK/asrkit_seedN), so
-    their configs name different paths. When those files are identical across the seeds (the same
-    command on the same data; gzip files by their content, their header holds the time written),
-    the paths may differ between seeds: ``--seed-keys`` for them; else
-    nothing (asrkit compare then keeps the seeds apart and says why)."""
+    """The config keys in which the asrkit seeds of a study may differ besides ``train.seed``, as
+    ``--seed-keys`` for asrkit compare (nothing when none may: it then keeps the seeds apart and
+    says why):
+
+    * ``data.manifest_dir``, ``tokens.path``: each seed prepares its own manifests and tokens
+      (WORK/asrkit_seedN); when those files are identical across the seeds (the same command on
+      the same data; gzip files by their content, their header holds the time written);
+    * ``train.init_from``: when each seed started from its own seed's model of another study
+      (``--init-from``: a path through ``asrkit_seedN`` for seed N)."""
     if len(seeds) < 2:
         return []
-    for name in ("manifests", "tokens.json"):
-        paths = [work / f"asrkit_seed{s}" / name for s in seeds]
-        if not all(p.exists() for p in paths) or len({_digest(p) for p in paths}) != 1:
-            return []
-    return ["--seed-keys", "data.manifest_dir,tokens.path"]
+    keys = []
+    if all(all((work / f"asrkit_seed{s}" / name).exists() for s in seeds)
+           and len({_digest(work / f"asrkit_seed{s}" / name) for s in seeds}) == 1
+           for name in ("manifests", "tokens.json")):
+        keys += ["data.manifest_dir", "tokens.path"]
+    if all(f"asrkit_seed{s}" in Path(_init_from(work, s) or "").parts for s in seeds):
+        keys.append("train.init_from")
+    return ["--seed-keys", ",".join(keys)] if keys else []
+
+
+def _init_from(work: Path, seed: int) -> str | None:
+    """``train.init_from`` of asrkit's experiment of this seed (None: not set, or no config)."""
+    import yaml
+
+    f = work / "exps" / f"asrkit_seed{seed}" / "config.yaml"
+    if not f.is_file():
+        return None
+    return ((yaml.safe_load(f.read_text()) or {}).get("train") or {}).get("init_from")
 
 
 def compare_cells(doc: dict, sets: list[str]) -> dict:
@@ -247,7 +266,7 @@ def format_seeds_table(res: dict) -> str:
             mean = statistics.fmean(v["wer"] for v in per.values())
             greedy = cmp.get(s, {}).get("asrkit_seeds", {})
             g = [greedy[str(k)]["wer"] for k in per if str(k) in greedy]
-            L.append(f"| {s} | {statistics.fmean(g) if len(g) == len(per) else float('nan'):.2f} | {mean:.2f} ("
+            L.append(f"| {s} | {f'{statistics.fmean(g):.2f}' if len(g) == len(per) else '-'} | {mean:.2f} ("
                      + ", ".join(f"seed {k}: {v['wer']:.2f}" for k, v in sorted(per.items())) + ") | "
                      + "; ".join(f"seed {k}: {' '.join(x.split('.', 1)[1] for x in v['best'])}" for k, v in sorted(per.items()))
                      + " |")
