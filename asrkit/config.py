@@ -297,6 +297,16 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
         raise ConfigError(f"{path or '<overrides>'}: {e}") from None
 
 
+def experiment_config(exp_dir: str | Path) -> dict | None:
+    """The mapping an experiment dir's ``config.yaml`` holds, as ``asrkit train`` wrote it (keys
+    added since that run are absent; :func:`config_from_dict` fills them in). None when the dir has
+    no config.yaml; a file that is not a YAML mapping raises :class:`ConfigError` naming it."""
+    path = Path(exp_dir) / "config.yaml"
+    if not path.is_file():
+        return None
+    return load_yaml_mapping(path.read_text(encoding="utf-8"), f"config file {path}")
+
+
 def to_dict(cfg: Any) -> dict:
     return dataclasses.asdict(cfg)
 

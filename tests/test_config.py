@@ -100,3 +100,14 @@ def test_bucket_order_is_checked_against_its_registry():
     with pytest.raises(ConfigError, match="'data.bucket_order': invalid value 'sorted'; valid: shuffle, sort"):
         load_config(None, ["data.bucket_order=sorted"])
     assert load_config(None, ["data.bucket_order=sort"]).data.bucket_order == "sort"
+
+
+def test_experiment_config_reads_what_train_wrote_and_names_a_broken_file(tmp_path):
+    from asrkit.config import experiment_config
+
+    assert experiment_config(tmp_path) is None  # no config.yaml: nothing to go by
+    (tmp_path / "config.yaml").write_text(dump_config(load_config(None, ["data.corpus=mini"])))
+    assert experiment_config(tmp_path)["data"]["corpus"] == "mini"
+    (tmp_path / "config.yaml").write_text("- a list\n")
+    with pytest.raises(ConfigError, match=str(tmp_path / "config.yaml")):
+        experiment_config(tmp_path)

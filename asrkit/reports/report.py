@@ -213,16 +213,14 @@ def write_results_md(exp_dir: Union[str, Path]) -> Path:
 
 def _score_all(exp_dir: Path, norm: Optional[str]) -> None:
     """Score every decode dir of an experiment with the bins of its config and its corpus' normalizer."""
-    import yaml
-
+    from asrkit.config import experiment_config
     from asrkit.scoring import DEFAULT_BINS, score_dir
     from asrkit.textnorm import corpus_normalizer
     from asrkit.tokenizer import tokenizer_fold
 
     bins, corpus, fold = DEFAULT_BINS, "none", "none"
-    cfg_path = exp_dir / "config.yaml"
-    if cfg_path.is_file():
-        cfg = yaml.safe_load(cfg_path.read_text()) or {}
+    cfg = experiment_config(exp_dir)
+    if cfg is not None:
         bins = tuple(cfg.get("decode", {}).get("bins", DEFAULT_BINS))
         corpus = cfg.get("data", {}).get("corpus", "none")
         tok = Path(str(cfg.get("tokens", {}).get("path") or ""))

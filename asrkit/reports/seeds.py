@@ -86,12 +86,11 @@ def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def _config(exp: Path) -> Optional[dict[str, Any]]:
-    import yaml
+    from asrkit.config import experiment_config
 
-    path = exp / "config.yaml"
-    if not path.is_file():
+    raw = experiment_config(exp)
+    if raw is None:
         return None
-    raw = yaml.safe_load(path.read_text()) or {}
     try:  # every key, those added since the run at their defaults
         from asrkit.config import config_from_dict, to_dict
 

@@ -257,19 +257,15 @@ def default_normalizer(decode_dir: Union[str, Path]) -> str:
             return str(name)
     except (OSError, ValueError, AttributeError):
         pass
-    cfg = d.parent / "config.yaml"
-    if cfg.is_file():
-        import yaml
+    from asrkit.config import experiment_config
+    from asrkit.schema import ConfigError
+    from asrkit.textnorm import corpus_normalizer
 
-        from asrkit.textnorm import corpus_normalizer
-
-        try:
-            corpus = ((yaml.safe_load(cfg.read_text(encoding="utf-8")) or {}).get("data") or {}).get("corpus")
-        except (yaml.YAMLError, AttributeError):
-            corpus = None
-        if corpus:
-            return corpus_normalizer(str(corpus))
-    return "none"
+    try:
+        corpus = ((experiment_config(d.parent) or {}).get("data") or {}).get("corpus")
+    except (ConfigError, AttributeError):  # not a config this can read: no corpus to go by
+        corpus = None
+    return corpus_normalizer(str(corpus)) if corpus else "none"
 
 
 def score_dir(

@@ -186,12 +186,9 @@ def _same_inputs_seed_keys(work: Path, seeds: list[int]) -> list[str]:
 
 def _init_from(work: Path, seed: int) -> str | None:
     """``train.init_from`` of asrkit's experiment of this seed (None: not set, or no config)."""
-    import yaml
+    from asrkit.config import experiment_config
 
-    f = work / "exps" / f"asrkit_seed{seed}" / "config.yaml"
-    if not f.is_file():
-        return None
-    return ((yaml.safe_load(f.read_text()) or {}).get("train") or {}).get("init_from")
+    return ((experiment_config(work / "exps" / f"asrkit_seed{seed}") or {}).get("train") or {}).get("init_from")
 
 
 def compare_cells(doc: dict, sets: list[str]) -> dict:
