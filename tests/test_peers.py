@@ -884,3 +884,22 @@ def test_a_budget_espnet_cannot_take_is_refused_before_either_side_trains(tmp_pa
                                   sets=["test"], decode_fraction=1.0, steps=200)
         cli._prepare(args, load_config(Path("egs/speechocean762/asr1/conf/train_espnet_equal.yaml")),
                      tmp_path / "work", {})
+
+
+def test_espnet_seeds_grouped_by_name_are_checked_by_their_train_yaml(tmp_path):
+    """asrkit compare groups ESPnet's seed dirs by name (no asrkit config.yaml there) and warns; the
+    bench compares their train.yaml apart from the seed instead and says only what differs."""
+    from asrkit.bench.peers.table import _compare_warnings
+
+    warn = ("espnet: no config.yaml in /w/exps/espnet_seed1, /w/exps/espnet_seed2; grouped as seeds of "
+            "'espnet' by name only\nasrkit: seeds kept apart: they differ in data.max_duration")
+    for s in (1, 2):
+        (tmp_path / f"espnet_seed{s}").mkdir()
+        (tmp_path / f"espnet_seed{s}" / "train.yaml").write_text(f"batch_bins: 1920000\nseed: {s}\nmax_epoch: 3\n")
+    assert _compare_warnings(warn, tmp_path, [1, 2]) == "asrkit: seeds kept apart: they differ in data.max_duration"
+    (tmp_path / "espnet_seed2" / "train.yaml").write_text("batch_bins: 960000\nseed: 2\nmax_epoch: 3\n")
+    assert _compare_warnings(warn, tmp_path, [1, 2]).splitlines()[0] == (
+        "ESPnet's train.yaml of seeds [1, 2] differ in batch_bins")
+    (tmp_path / "espnet_seed2" / "train.yaml").unlink()
+    assert "espnet_seed2/train.yaml is missing" in _compare_warnings(warn, tmp_path, [1, 2])
+    assert _compare_warnings("", tmp_path, [1, 2]) == ""
