@@ -61,8 +61,10 @@ oneDNN's AVX2 kernels, as on a CPU without AVX-512.) Over these 12 runs: trainin
 
 Break tried (the fbank zeroed in the training and decoding loaders: ``asrkit.data.dataset.fbank``
 patched to return zeros; seed 42, 2 threads): 83.7 / 93.9 %, so both assertions fail. The bounds
-(45 % and 70 %) sit about halfway between the worst run above and that break. Not measured:
-Intel AMX, AMD EPYC (no such machine lent).
+(45 % and 70 %) sit about halfway between the worst run above and that break. On an AMD EPYC
+without AVX-512 (2026-11-30, family 25 model 1, Zen 3; /work/notes/s32/measure_learning.py) this
+test's run (seed 42, 2 threads) gave 9.8 / 43.9 % (speaker 1465 alone 30.8 %), inside the range
+above. Not measured: Intel AMX.
 """
 from __future__ import annotations
 
