@@ -140,10 +140,11 @@ class Stepper:
         return value
 
     def flops(self, batch) -> int:
-        """FLOPs of forward + backward on ``batch`` (no optimizer step; gradients dropped)."""
-        from torch.utils.flop_counter import FlopCounterMode
+        """FLOPs of forward + backward on ``batch`` (no optimizer step; gradients dropped), the CPU's
+        fused attention and grouped convolutions' backward counted too (:func:`asrkit.bench.sizes.flop_counter`)."""
+        from asrkit.bench.sizes import flop_counter
 
-        with FlopCounterMode(display=False) as counter:
+        with flop_counter() as counter:
             loss_sum, n = self.loss(batch)
             (loss_sum / n).backward()
         self.optimizer.zero_grad(set_to_none=True)
