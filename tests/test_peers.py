@@ -377,6 +377,73 @@ def test_equal_bench_decoding_is_timed_after_an_untimed_pass(monkeypatch):
     # timed passes read the clock at 0,1 | 2,3 | 4,5 ...: batch1 lasts 1, 9, 17, batched 5, 13, 21
     assert out == {"batch1": 9, "batched": 13}
 
+def test_equal_bench_counts_the_flops_espnet_counts_for_the_same_model():
+    """Model FLOP utilization needs the model's FLOPs. ESPnet 202511's CTC Transformer at the equal
+    size, forward + backward of two batches, counted by torch's FlopCounterMode
+    (tools/peers/espnet/step_bench.py, fixture tests/fixtures/espnet_encoder/step_flops.json: ESPnet's
+    attention is explicit matrix products, which torch counts). asrkit's side of the same model counts
+    the same products and convolutions exactly; its attention is torch's fused CPU kernel, which the
+    stock counter leaves out (1.1 % short) and asrkit.bench.sizes.flop_counter counts with torch's
+    formula for the fused kernels (their backward recomputes the scores: 0.2 % over ESPnet's here)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from asrkit.bench.peers.equal import _batch, _batch_flops
+    from asrkit.bench.sizes import flop_counter
+    from asrkit.model import build_model
+
+    fx = json.loads((ENC_FIX / "step_flops.json").read_text())
+    spec = fx["spec"]
+    torch.manual_seed(0)
+    model = build_model(load_config(EQUAL_CONF, []), spec["vocab"]).train()
+    assert sum(p.numel() for p in model.parameters()) == fx["params"]
+    batches = [_batch(spec, i, b) for i, b in enumerate(spec["batches"])]
+    ours = _batch_flops(lambda k: model(batches[k])["loss"], list(range(len(batches))))
+    for k, theirs in fx["batch_flops"].items():
+        assert ours[k] == pytest.approx(theirs, rel=2.5e-3)
+    with flop_counter() as counter:  # the padded batch of two, by operator
+        model(batches[0])["loss"].backward()
+    by_op = {str(op): v for op, v in counter.get_flop_counts()["Global"].items()}
+    for op, v in fx["batch_flops_by_op"]["0"].items():
+        if op != "aten.bmm":  # ESPnet's attention products
+            assert by_op[op] == v, op
+    with FlopCounterMode(display=False) as stock:
+        model(batches[0])["loss"].backward()
+    assert stock.get_total_flops() < 0.995 * fx["batch_flops"]["0"]  # what the stock counter would have missed
+
+
+def test_equal_worker_runs_the_step_under_bf16_autocast():
+    """``--amp bf16``: asrkit's worker trains and decodes under autocast (here on the CPU, as on a
+    GPU); the model's FLOPs do not depend on the dtype; the step's loss is finite."""
+    from asrkit.bench.peers.equal import _asrkit_worker
+
+    spec = {"config": str(EQUAL_CONF), "overrides": ["encoder.n_layers=1"], "vocab": 30, "n_mels": 80, "lr": 0.002,
+            "clip": 5.0, "threads": 1, "warmup": 1, "steps": 2, "batches": [[120, 80]], "decode_batches": [[80]],
+            "decode_passes": 1, "device": "cpu"}
+    fp32 = _asrkit_worker(dict(spec, amp="none"))
+    bf16 = _asrkit_worker(dict(spec, amp="bf16"))
+    assert len(bf16["step_s"]) == 2 and set(bf16["decode_s"]) == {"batch1", "batched"}
+    assert bf16["batch_flops"] == fp32["batch_flops"] and fp32["batch_flops"]["0"] > 0
+    assert bf16["device_mem"] == [None, None]
+
+
+@pytest.mark.parametrize("args, match", [
+    (["--device", "cuda"], "sees no CUDA device"),
+    (["--amp", "bf16", "--arch", "recipe"], "apply to --arch espnet"),
+])
+def test_equal_bench_device_options_are_checked_before_anything_runs(tmp_path, capsys, args, match):
+    import torch
+
+    from asrkit.bench.peers import cli
+
+    if args[:2] == ["--device", "cuda"] and torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    argv = ["--arch", "espnet", *args, "--work", str(tmp_path), "--espnet-venv", str(tmp_path / "none")]
+    assert cli.main(argv) == 2
+    assert match in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
 def test_espnet_config_of_the_equal_config_lists_frontend_and_encoding_as_the_same():
     cfg = load_config(EQUAL_CONF, ["optim.warmup_steps=5"])
     conf, diffs = peers.espnet_config(cfg, epochs=2, iters_per_epoch=10)

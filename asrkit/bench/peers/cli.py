@@ -65,6 +65,11 @@ def main(argv: list[str]) -> int:
                         "run (no --seeds) each side's whole pipeline once per round (WORK/asrkit, WORK/espnet, then "
                         "WORK/asrkit_round2 ...), the table's times the median over the rounds (default: %(default)s)")
     p.add_argument("--vocab", type=int, default=30, help="--arch espnet: CTC outputs (letters + blank)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="--arch espnet: where both sides' steps run (default: %(default)s)")
+    p.add_argument("--amp", choices=["none", "bf16"], default="none",
+                   help="--arch espnet: bf16 autocast of forward and loss on both sides; model FLOP utilization is "
+                        "then against a bf16 matrix product (default: %(default)s)")
     p.add_argument("--layout", choices=["kaldi", "librispeech"], default="kaldi",
                    help="what --data holds: Kaldi data dirs, or the parts of a corpus in LibriSpeech's layout "
                         "(e.g. egs/mini/asr1/data/corpus/LibriSpeech), written as Kaldi dirs under WORK/src first")
@@ -106,6 +111,14 @@ def main(argv: list[str]) -> int:
         if args.durations is not None and not args.durations.is_file():
             raise PeersError(f"--durations {args.durations} does not exist (JSON utterance -> seconds, as "
                              "WORK/data/<set>/durations.json)")
+        if args.device == "cuda" or args.amp != "none":
+            import torch
+
+            if args.arch != "espnet":
+                raise PeersError("--device / --amp apply to --arch espnet (the model-step benchmark) only: "
+                                 "add --arch espnet or drop them")
+            if args.device == "cuda" and not torch.cuda.is_available():
+                raise PeersError("--device cuda: this torch sees no CUDA device; run on a GPU machine or drop it")
         if not (REPO / args.espnet_venv / "bin" / "python").is_file():
             raise PeersError(f"no ESPnet venv at {args.espnet_venv}: run tools/peers/espnet/setup.sh first")
         cfg = load_config(args.config, args.asrkit_args)  # the overrides shape both sides
@@ -367,12 +380,18 @@ def _main_equal(args, cfg, argv: list[str]) -> int:
     try:
         res = equal_bench(cfg, args.config, list(durs.values()), steps=args.bench_steps, warmup=args.warmup,
                           rounds=args.rounds, threads=args.threads, vocab=args.vocab, espnet_venv=args.espnet_venv,
-                          env=_env(args.threads), overrides=args.asrkit_args)
+                          env=_env(args.threads), overrides=args.asrkit_args, device=args.device, amp=args.amp)
     except PeersError as e:
         print(f"asrkit bench peers: error: {e}", file=sys.stderr)
         return 1
     command = "python -m asrkit.bench peers " + " ".join(shlex.quote(a) for a in argv)
-    text = format_equal(res, _cpu_name(), args.threads, command)
+    machine = _cpu_name()
+    if args.device == "cuda":
+        import torch
+
+        machine += f" with {torch.cuda.get_device_name()}"
+    res["machine"] = machine
+    text = format_equal(res, machine, args.threads, command)
     _report(text, res, args.work.resolve() / "equal.json", args.out)
     return 0
 

@@ -14,7 +14,14 @@ the same work in fresh processes, alternating A B A B (``--rounds`` each, order 
 * memory: peak RSS minus the RSS after imports, model, optimizer and batches (the step's own),
   and the whole-process peak beside it;
 * decoding of the model alone: encoder + CTC argmax over the same cuts, batch 1 and batched;
-* one step of each side under ``torch.profiler`` (top operators by self CPU time).
+* one step of each side under ``torch.profiler`` (top operators by self CPU time);
+* model FLOP utilization: the model's FLOPs per step (forward + backward of the timed batches,
+  :func:`asrkit.bench.sizes.flop_counter` on asrkit's side; ESPnet's side counts with torch's stock
+  counter, a check) over the step time and the best square matrix product measured in the same run,
+  on the same device, in the step's dtype.
+
+``--device cuda`` runs both sides on a GPU (memory: the CUDA allocator's peak above its allocation
+after set-up); ``--amp bf16`` puts forward and loss under ``torch.autocast`` in bf16 on both sides.
 
 Padded frames per step are reported for both samplers on those durations: ESPnet's length
 batches (the timed ones) and asrkit's BucketingSampler at the same ``max_duration``.
@@ -102,22 +109,33 @@ def _asrkit_worker(spec: dict) -> dict:
     """asrkit's side (run by ``python -m asrkit.bench --worker``, which flushes denormals first)."""
     import torch
 
+    from asrkit.bench.train import _sync
     from asrkit.config import load_config
     from asrkit.model import build_model
 
     torch.set_num_threads(spec["threads"])
     torch.manual_seed(0)
+    dev = torch.device(spec.get("device", "cpu"))
+    amp = spec.get("amp", "none") == "bf16"
     cfg = load_config(spec["config"], spec.get("overrides", []))
-    model = build_model(cfg, spec["vocab"])
+    model = build_model(cfg, spec["vocab"]).to(dev)
     params = list(model.parameters())
     opt = torch.optim.Adam(params, lr=spec["lr"], betas=(0.9, 0.98), eps=1e-8)
-    batches = [_batch(spec, i, b) for i, b in enumerate(spec["batches"])]
-    base = _rss()
+
+    def on_dev(b: dict) -> dict:
+        return {k: v.to(dev) for k, v in b.items()}
+
+    batches = [on_dev(_batch(spec, i, b)) for i, b in enumerate(spec["batches"])]
+    base, base_dev = _rss(), _dev_mem(dev, reset=True)
+
+    def loss(k: int):
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
+            return model(batches[k % len(batches)])["loss"]
 
     def step(k: int) -> None:
-        out = model(batches[k % len(batches)])
+        out = loss(k)
         opt.zero_grad(set_to_none=True)
-        out["loss"].backward()
+        out.backward()
         torch.nn.utils.clip_grad_norm_(params, spec["clip"])
         opt.step()
 
@@ -126,13 +144,17 @@ def _asrkit_worker(spec: dict) -> dict:
         step(k)
     times, cpus = [], []
     for k in range(spec["warmup"], spec["warmup"] + spec["steps"]):
+        _sync(dev)
         t0, c0 = time.perf_counter(), time.process_time()
         step(k)
+        _sync(dev)
         times.append(time.perf_counter() - t0)
         cpus.append(time.process_time() - c0)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     out: dict[str, Any] = {"impl": "asrkit", "torch": torch.__version__, "params": sum(p.numel() for p in params),
-                           "step_s": times, "step_cpu_s": cpus, "baseline_rss": base, "peak_rss": peak}
+                           "step_s": times, "step_cpu_s": cpus, "baseline_rss": base, "peak_rss": peak,
+                           "device_mem": [base_dev, _dev_mem(dev)], "batch_flops": _batch_flops(loss, timed_batches(spec))}
+    opt.zero_grad(set_to_none=True)
     if spec.get("profile"):
         from torch.profiler import ProfilerActivity, profile
 
@@ -142,11 +164,47 @@ def _asrkit_worker(spec: dict) -> dict:
     model.eval()
 
     def decode(bs: list[dict]) -> None:
-        for b in bs:
-            model.encode(b["feats"], b["feat_lens"], b["times"]).log_probs.argmax(-1)
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
+            for b in bs:
+                model.encode(b["feats"], b["feat_lens"], b["times"]).log_probs.argmax(-1)
+        _sync(dev)
 
     with torch.no_grad():
-        out["decode_s"] = decode_passes(decode, lambda i, lengths: _batch(spec, 1000 + i, lengths), spec)
+        out["decode_s"] = decode_passes(decode, lambda i, lengths: on_dev(_batch(spec, 1000 + i, lengths)), spec)
+    return out
+
+
+def _dev_mem(dev, reset: bool = False) -> int | None:
+    """Bytes the CUDA allocator holds now (``reset``: and restart its peak count), or at its peak; None on CPU."""
+    import torch
+
+    if dev.type != "cuda":
+        return None
+    torch.cuda.synchronize(dev)
+    if reset:
+        torch.cuda.reset_peak_memory_stats(dev)
+        return torch.cuda.memory_allocated(dev)
+    return torch.cuda.max_memory_allocated(dev)
+
+
+def timed_batches(spec: dict) -> list[int]:
+    """The indices of the batches the timed steps run (cycled)."""
+    n = len(spec["batches"])
+    return sorted({k % n for k in range(spec["warmup"], spec["warmup"] + spec["steps"])})
+
+
+def _batch_flops(loss, indices: list[int]) -> dict[str, int]:
+    """FLOPs of forward + backward of each batch (:func:`asrkit.bench.sizes.flop_counter`: torch's
+    counter, a multiply-add is 2, with the CPU's fused attention and grouped convolutions' backward
+    counted), the gradients then dropped by the caller. The model's FLOPs for both sides' utilization:
+    tools/peers/espnet/step_bench.py counts ESPnet's side with torch's stock counter, as a check."""
+    from asrkit.bench.sizes import flop_counter
+
+    out = {}
+    for k in indices:
+        with flop_counter() as counter:
+            loss(k).backward()
+        out[str(k)] = int(counter.get_total_flops())
     return out
 
 
@@ -181,8 +239,11 @@ def _run(side: str, spec: dict, espnet_venv: Path, env: dict) -> dict:
 
 
 def equal_bench(cfg, config_path: Path, durations: list[float], *, steps: int, warmup: int, rounds: int,
-                threads: int, vocab: int, espnet_venv: Path, env: dict, overrides: list[str]) -> dict:
-    """A B A B rounds of both sides' workers; returns every round and the summaries."""
+                threads: int, vocab: int, espnet_venv: Path, env: dict, overrides: list[str],
+                device: str = "cpu", amp: str = "none") -> dict:
+    """A B A B rounds of both sides' workers; returns every round and the summaries. ``device``
+    (``cpu`` or ``cuda``) and ``amp`` (``none`` or ``bf16``: autocast of forward and loss) apply to
+    both sides alike."""
     e = cfg.encoder
     conformer = (e.conv_kernel > 0 and e.macaron and e.block_norm and e.conv_norm == "batch" and e.pos_enc == "relpos_xl"
                  and e.activation in ("relu", "swish"))
@@ -202,7 +263,7 @@ def equal_bench(cfg, config_path: Path, durations: list[float], *, steps: int, w
             "activation": e.activation, "kernel": e.conv_kernel, "d": e.d_model, "layers": e.n_layers,
             "heads": e.n_heads, "ff": e.d_ff, "vocab": vocab, "n_mels": cfg.features.n_mels, "lr": cfg.optim.lr,
             "clip": cfg.optim.clip_grad, "threads": threads, "flush_denormal": True, "warmup": warmup,
-            "steps": steps, "batches": frames, "decode_batches": dec, "decode_passes": 3}
+            "steps": steps, "batches": frames, "decode_batches": dec, "decode_passes": 3, "device": device, "amp": amp}
     runs: dict[str, list[dict]] = {"asrkit": [], "espnet": []}
     for r in range(rounds):
         for side in (("asrkit", "espnet") if r % 2 == 0 else ("espnet", "asrkit")):
@@ -210,11 +271,13 @@ def equal_bench(cfg, config_path: Path, durations: list[float], *, steps: int, w
             runs[side].append(res)
             print(f"[peers] equal round {r + 1} {side}: {1000 * statistics.median(res['step_s']):.0f} ms/step",
                   file=sys.stderr, flush=True)
+    peak_flops, peak_n = matmul_peak(device, amp, threads)
     audio_per_step = [sum(b) * HOP for b in frames]
     mean_audio = statistics.fmean(audio_per_step[(warmup + k) % len(frames)] for k in range(steps))
     dec_audio = sum(sum(b) for b in dec) * HOP
     out: dict[str, Any] = {"spec": {k: v for k, v in spec.items() if k not in ("batches", "decode_batches")},
                            "rounds": runs, "audio_per_step": mean_audio, "decode_audio_s": dec_audio,
+                           "peak_flops": peak_flops, "peak_n": peak_n,
                            "samplers": {"espnet_length": padding_stats(batches_s),
                                         **{f"asrkit_bucketing_{o}": padding_stats(bucketing_batches(
                                             durations, cfg.data.max_duration, cfg.data.num_buckets, order=o))
@@ -230,8 +293,30 @@ def equal_bench(cfg, config_path: Path, durations: list[float], *, steps: int, w
                      "decode_rtf_batch1": statistics.median(r["decode_s"]["batch1"] for r in rs) / dec_audio,
                      "decode_rtf_batched": statistics.median(r["decode_s"]["batched"] for r in rs) / dec_audio,
                      "profile": rs[-1].get("profile", "")}
+        if "batch_flops" in rs[0]:  # FLOPs of the timed steps' batches (cycled), their mean
+            bf = rs[0]["batch_flops"]
+            out[side]["flops_per_step"] = statistics.fmean(bf[str((warmup + k) % len(frames))] for k in range(steps))
+    if "flops_per_step" in out["asrkit"]:  # one model: asrkit's count (the complete one) for both sides
+        for side in runs:
+            out[side]["mfu"] = out["asrkit"]["flops_per_step"] / out[side]["step_s"] / peak_flops
+        if rs[0].get("device_mem", [None])[0] is not None:
+            out[side]["device_mem_above_baseline_mib"] = statistics.median(
+                (r["device_mem"][1] - r["device_mem"][0]) / 2**20 for r in rs)
     out["espnet_version"] = runs["espnet"][0].get("espnet")
     return out
+
+
+def matmul_peak(device: str, amp: str, threads: int) -> tuple[float, int]:
+    """The measured ceiling for model FLOP utilization: the best FLOP/s of a square matrix product
+    on ``device`` in the step's dtype (bf16 under ``amp``), in this process with ``threads``."""
+    import torch
+
+    from asrkit.bench.train import gemm_peak
+
+    torch.set_num_threads(threads)
+    dtype = torch.bfloat16 if amp == "bf16" else torch.float32
+    sizes = (2048, 4096, 8192) if device == "cuda" else (512, 1024, 2048)
+    return gemm_peak(torch.device(device), dtype, sizes=sizes)
 
 
 def format_equal(res: dict, cpu: str, threads: int, command: str) -> str:
@@ -248,7 +333,10 @@ def format_equal(res: dict, cpu: str, threads: int, command: str) -> str:
          f"alternating (A B, B A, ...), {sp['warmup']} warm-up steps then {sp['steps']} timed steps per round; "
          + (f"decoding: one untimed pass, then the median of {sp['decode_passes']} timed passes per mode; "
             if "decode_passes" in sp else "decoding: one timed pass per mode; ") +
-         f"ESPnet {res.get('espnet_version')}.", "",
+         f"ESPnet {res.get('espnet_version')}"
+         + (f"; on {sp['device']}" if sp.get("device", "cpu") != "cpu" else "")
+         + ("; forward and loss under bf16 autocast on both sides" if sp.get("amp", "none") == "bf16" else "")
+         + ".", "",
          "| | asrkit | ESPnet | ESPnet / asrkit |", "|---|---:|---:|---:|"]
 
     def row(label, x, y, spec=".3f", ratio=True):
@@ -260,6 +348,19 @@ def format_equal(res: dict, cpu: str, threads: int, command: str) -> str:
     row("steps/s", a["steps_per_s"], e["steps_per_s"])
     row("audio-s per wall-s", a["audio_s_per_s"], e["audio_s_per_s"], ".1f")
     row("CPU-s per step (all threads)", a["cpu_s_per_step"], e["cpu_s_per_step"])
+    if "flops_per_step" in a and "flops_per_step" in e:
+        row("model GFLOPs per step, forward + backward (asrkit: asrkit.bench.sizes.flop_counter, which counts the CPU's "
+            "fused attention and depthwise convolutions' backward right; ESPnet: "
+            "torch's stock FlopCounterMode, a check)", a["flops_per_step"] / 1e9,
+            e["flops_per_step"] / 1e9, ".1f", ratio=False)
+        peak = res["peak_flops"]
+        peak_s = f"{peak / 1e12:.0f} TFLOP/s" if peak >= 1e12 else f"{peak / 1e9:.0f} GFLOP/s"
+        L.append(f"| model FLOP utilization (asrkit's count for both; of the measured {peak_s}, "
+                 f"{res['peak_n']}^3 matrix product) | {100 * a['mfu']:.1f} % | {100 * e['mfu']:.1f} % | "
+                 f"{e['mfu'] / a['mfu']:.2f}x |")
+    if "device_mem_above_baseline_mib" in a and "device_mem_above_baseline_mib" in e:
+        row("GPU memory of training above the post-set-up allocation (MiB, CUDA allocator peak)",
+            a["device_mem_above_baseline_mib"], e["device_mem_above_baseline_mib"], ".0f")
     row("memory of training above the post-import baseline (MiB, peak)", a["mem_above_baseline_mib"],
         e["mem_above_baseline_mib"], ".0f")
     row("whole-process peak RSS (MiB)", a["peak_rss_mib"], e["peak_rss_mib"], ".0f")

@@ -10,11 +10,15 @@ asrkit's ``encoder.pos_enc: relpos_xl``; or ``conformer``: that encoder's whole 
 convolution module of kernel ``kernel``, activation ``activation``), ``d, layers, heads, ff, vocab, n_mels, lr, clip, threads, flush_denormal,
 warmup, steps, batches`` (a list of lists of utterance lengths in 10 ms frames, cycled),
 ``decode_batches`` (the same for decoding), ``decode_passes`` (timed decoding passes per mode after
-one untimed pass, default 3; the median is reported), ``profile`` (bool). Features and targets come from
+one untimed pass, default 3; the median is reported), ``profile`` (bool), ``device`` (``cpu``, the
+default, or ``cuda``), ``amp`` (``none``, the default, or ``bf16``: forward and loss under
+``torch.autocast``). Features and targets come from
 ``numpy.random.default_rng(batch index)``: both sides see the same numbers. One step = encoder
 forward, CTC loss (sum over the batch / batch size, as ESPnet's CTC computes it), backward,
 gradient clipping at ``clip``, Adam step: the work of one step of ESPnet's trainer less its data
-loading, frontend (features are given) and logging. Prints one JSON line.
+loading, frontend (features are given) and logging. Also: the FLOPs of forward + backward of each
+batch (``torch.utils.flop_counter.FlopCounterMode``, as asrkit's side counts them) and, on a GPU, the
+CUDA allocator's bytes after set-up and at its peak. Prints one JSON line.
 
 This script only calls ESPnet's classes (and torch); it contains no ESPnet code.
 """
@@ -49,6 +53,11 @@ def batch(spec: dict, i: int, lengths: list[int]):
     return (torch.from_numpy(feats), torch.tensor(lengths), torch.from_numpy(targets).long(), torch.tensor(n_tok))
 
 
+def sync(dev) -> None:
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
 def main() -> None:
     spec = json.loads(sys.argv[1])
     if spec.get("flush_denormal"):
@@ -72,16 +81,27 @@ def main() -> None:
                                selfattention_layer_type="rel_selfattn", activation_type=spec["activation"])
     else:
         enc = TransformerEncoder(**common)
+    dev = torch.device(spec.get("device", "cpu"))
+    amp = spec.get("amp", "none") == "bf16"
     ctc = CTC(odim=spec["vocab"], encoder_output_size=spec["d"])
+    enc.to(dev), ctc.to(dev)
     params = list(enc.parameters()) + list(ctc.parameters())
     opt = torch.optim.Adam(params, lr=spec["lr"], betas=(0.9, 0.98), eps=1e-8)
-    batches = [batch(spec, i, b) for i, b in enumerate(spec["batches"])]
+    batches = [tuple(t.to(dev) for t in batch(spec, i, b)) for i, b in enumerate(spec["batches"])]
     base = rss()
+    if dev.type == "cuda":
+        sync(dev)
+        torch.cuda.reset_peak_memory_stats(dev)
+        base_dev = torch.cuda.memory_allocated(dev)
+
+    def loss_of(k: int):
+        x, xl, y, yl = batches[k % len(batches)]
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
+            h, hl, _ = enc(x, xl)
+            return ctc(h, hl, y, yl)
 
     def step(k: int) -> None:
-        x, xl, y, yl = batches[k % len(batches)]
-        h, hl, _ = enc(x, xl)
-        loss = ctc(h, hl, y, yl)
+        loss = loss_of(k)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, spec["clip"])
@@ -92,14 +112,28 @@ def main() -> None:
         step(k)
     times, cpus = [], []
     for k in range(spec["warmup"], spec["warmup"] + spec["steps"]):
+        sync(dev)
         t0, c0 = time.perf_counter(), time.process_time()
         step(k)
+        sync(dev)
         times.append(time.perf_counter() - t0)
         cpus.append(time.process_time() - c0)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     out = {"impl": "espnet", "espnet": md.version("espnet"), "torch": torch.__version__,
            "params": sum(p.numel() for p in params), "step_s": times, "step_cpu_s": cpus,
-           "baseline_rss": base, "peak_rss": peak}
+           "baseline_rss": base, "peak_rss": peak,
+           "device_mem": [base_dev, torch.cuda.max_memory_allocated(dev)] if dev.type == "cuda" else [None, None]}
+    from torch.utils.flop_counter import FlopCounterMode
+
+    flops, by_op = {}, {}
+    n = len(batches)  # forward + backward of each timed batch, as asrkit's side counts them
+    for k in sorted({k % n for k in range(spec["warmup"], spec["warmup"] + spec["steps"])}):
+        with FlopCounterMode(display=False) as counter:
+            loss_of(k).backward()
+        flops[str(k)] = int(counter.get_total_flops())
+        by_op[str(k)] = {str(op): int(v) for op, v in counter.get_flop_counts()["Global"].items()}
+    out["batch_flops"], out["batch_flops_by_op"] = flops, by_op
+    opt.zero_grad(set_to_none=True)
     if spec.get("profile"):
         from torch.profiler import ProfilerActivity, profile
 
@@ -109,13 +143,16 @@ def main() -> None:
     enc.eval(), ctc.eval()
 
     def decode(bs):
-        for x, xl in bs:
-            ctc.argmax(enc(x, xl)[0])
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
+            for x, xl in bs:
+                ctc.argmax(enc(x, xl)[0])
+        sync(dev)
 
     # as asrkit's side (asrkit/bench/peers/equal.py, decode_passes): inputs first, one untimed pass of
     # each mode, then the median of decode_passes timed passes, the modes alternating
     modes = {"batch1": [[n] for b in spec["decode_batches"] for n in b], "batched": spec["decode_batches"]}
-    inputs = {m: [batch(spec, 1000 + i, g)[:2] for i, g in enumerate(gs)] for m, gs in modes.items()}
+    inputs = {m: [tuple(t.to(dev) for t in batch(spec, 1000 + i, g)[:2]) for i, g in enumerate(gs)]
+              for m, gs in modes.items()}
     times = {m: [] for m in modes}
     with torch.no_grad():
         for bs in inputs.values():
