@@ -427,6 +427,41 @@ def test_equal_worker_runs_the_step_under_bf16_autocast():
     assert bf16["device_mem"] == [None, None]
 
 
+def test_equal_bench_summary_takes_flops_utilization_and_gpu_memory_per_side(monkeypatch):
+    """The summary of the rounds: each side's FLOPs per step are the mean over the timed steps'
+    batches (cycled); both sides' utilization uses asrkit's count over each side's median step and
+    the measured matrix-product peak; GPU memory is each side's own allocator peak above its set-up."""
+    from asrkit.bench.peers import equal
+
+    cfg = load_config(EQUAL_CONF, [])
+    mib = 2**20
+    worker = {"asrkit": {"params": 1, "step_s": [1.0, 1.0], "batch_flops": {"0": 10, "1": 30},
+                         "device_mem": [100 * mib, 300 * mib]},
+              "espnet": {"params": 1, "step_s": [2.0, 2.0], "batch_flops": {"0": 11, "1": 33},
+                         "device_mem": [100 * mib, 500 * mib]}}
+    specs = []
+
+    def run(side, spec, venv, env):
+        specs.append(spec)
+        return dict(worker[side], step_cpu_s=[1.0], baseline_rss=0, peak_rss=mib, decode_s={"batch1": 1.0, "batched": 1.0})
+
+    monkeypatch.setattr(equal, "_run", run)
+    monkeypatch.setattr(equal, "matmul_peak", lambda device, amp, threads: (500.0, 512))
+    monkeypatch.setattr(equal, "length_batches", lambda d, m: [[1.0], [2.0]])
+    res = equal.equal_bench(cfg, EQUAL_CONF, [1.0, 2.0], steps=3, warmup=1, rounds=1, threads=1, vocab=30,
+                            espnet_venv=Path("x"), env={}, overrides=[], device="cuda", amp="bf16")
+    assert {(s["device"], s["amp"]) for s in specs} == {("cuda", "bf16")}
+    # timed steps 1, 2, 3 run batches 1, 0, 1
+    assert res["asrkit"]["flops_per_step"] == pytest.approx(70 / 3)
+    assert res["espnet"]["flops_per_step"] == pytest.approx(77 / 3)
+    assert res["asrkit"]["mfu"] == pytest.approx(70 / 3 / 1.0 / 500.0)
+    assert res["espnet"]["mfu"] == pytest.approx(70 / 3 / 2.0 / 500.0)
+    assert res["asrkit"]["device_mem_above_baseline_mib"] == 200
+    assert res["espnet"]["device_mem_above_baseline_mib"] == 400
+    text = equal.format_equal(res, "a CPU with a GPU", 1, "cmd")
+    assert "4.7 % | 2.3 % | 0.50x |" in text and "| 200 | 400 | 2.00x |" in text
+
+
 @pytest.mark.parametrize("args, match", [
     (["--device", "cuda"], "sees no CUDA device"),
     (["--amp", "bf16", "--arch", "recipe"], "apply to --arch espnet"),

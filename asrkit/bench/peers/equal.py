@@ -296,12 +296,12 @@ def equal_bench(cfg, config_path: Path, durations: list[float], *, steps: int, w
         if "batch_flops" in rs[0]:  # FLOPs of the timed steps' batches (cycled), their mean
             bf = rs[0]["batch_flops"]
             out[side]["flops_per_step"] = statistics.fmean(bf[str((warmup + k) % len(frames))] for k in range(steps))
-    if "flops_per_step" in out["asrkit"]:  # one model: asrkit's count (the complete one) for both sides
-        for side in runs:
-            out[side]["mfu"] = out["asrkit"]["flops_per_step"] / out[side]["step_s"] / peak_flops
         if rs[0].get("device_mem", [None])[0] is not None:
             out[side]["device_mem_above_baseline_mib"] = statistics.median(
                 (r["device_mem"][1] - r["device_mem"][0]) / 2**20 for r in rs)
+    if "flops_per_step" in out["asrkit"]:  # one model: asrkit's count (the complete one) for both sides
+        for side in runs:
+            out[side]["mfu"] = out["asrkit"]["flops_per_step"] / out[side]["step_s"] / peak_flops
     out["espnet_version"] = runs["espnet"][0].get("espnet")
     return out
 

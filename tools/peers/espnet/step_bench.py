@@ -17,7 +17,8 @@ default, or ``cuda``), ``amp`` (``none``, the default, or ``bf16``: forward and 
 forward, CTC loss (sum over the batch / batch size, as ESPnet's CTC computes it), backward,
 gradient clipping at ``clip``, Adam step: the work of one step of ESPnet's trainer less its data
 loading, frontend (features are given) and logging. Also: the FLOPs of forward + backward of each
-batch (``torch.utils.flop_counter.FlopCounterMode``, as asrkit's side counts them) and, on a GPU, the
+batch (torch's stock ``FlopCounterMode``, in all and by operator: a check of the count asrkit's side
+makes of the same model) and, on a GPU, the
 CUDA allocator's bytes after set-up and at its peak. Prints one JSON line.
 
 This script only calls ESPnet's classes (and torch); it contains no ESPnet code.
@@ -126,7 +127,7 @@ def main() -> None:
     from torch.utils.flop_counter import FlopCounterMode
 
     flops, by_op = {}, {}
-    n = len(batches)  # forward + backward of each timed batch, as asrkit's side counts them
+    n = len(batches)  # forward + backward of each timed batch
     for k in sorted({k % n for k in range(spec["warmup"], spec["warmup"] + spec["steps"])}):
         with FlopCounterMode(display=False) as counter:
             loss_of(k).backward()
