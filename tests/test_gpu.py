@@ -7,7 +7,8 @@ project's CI machines have no GPU; a session lent one runs ``pytest -m gpu``).
   also with the speechocean762 default's layers (Conformer convolution module, 2-D conv frontend);
 * relpos on CUDA: the compiled kernel is CPU-only, so CUDA takes the PyTorch path, and gives the
   CPU kernel's output;
-* an NCCL process group of one GPU: DDP wraps the model, a collective runs.
+* an NCCL process group of one GPU: DDP wraps the model, a collective runs;
+* the equal-architecture bench's asrkit worker on CUDA under bf16 (``bench peers --device cuda``).
 """
 from __future__ import annotations
 
@@ -150,3 +151,21 @@ def test_decode_on_cuda_gives_the_cpu_hypotheses(tmp_path, monkeypatch, capsys, 
             assert asrkit(["transcribe", "--model", str(exp), "--device", dev, "--no-progress", *wavs]) == 0
             out[dev] = capsys.readouterr().out
         assert out["cuda"] == out["cpu"] and out["cpu"].strip()
+
+
+def test_equal_bench_worker_on_cuda_under_bf16():
+    """``bench peers --arch espnet --device cuda --amp bf16``, asrkit's side: the step and decoding
+    run on the GPU, the allocator's peak is above its set-up allocation, and the model's FLOPs are
+    those counted on the CPU (the count does not depend on device or dtype)."""
+    from asrkit.bench.peers.equal import _asrkit_worker
+
+    conf = Path(__file__).parents[1] / "egs" / "speechocean762" / "asr1" / "conf" / "train_espnet_equal.yaml"
+    spec = {"config": str(conf), "overrides": ["encoder.n_layers=1"], "vocab": 30, "n_mels": 80, "lr": 0.002,
+            "clip": 5.0, "threads": 1, "warmup": 1, "steps": 2, "batches": [[120, 80]], "decode_batches": [[80]],
+            "decode_passes": 1}
+    gpu = _asrkit_worker(dict(spec, device="cuda", amp="bf16"))
+    cpu = _asrkit_worker(dict(spec, device="cpu", amp="none"))
+    base, peak = gpu["device_mem"]
+    assert peak > base > 0
+    assert gpu["batch_flops"] == cpu["batch_flops"]
+    assert len(gpu["step_s"]) == 2 and all(t > 0 for t in gpu["step_s"])
