@@ -136,3 +136,32 @@ def test_two_ranks_normalize_as_one_process_on_the_joined_batch(tmp_path):
     alone = MaskedBatchNorm(C).train()
     torch.testing.assert_close(got[0][0][m0], alone(x0, m0)[m0].detach(), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(got[1][4], alone.running_var, atol=1e-6, rtol=1e-6)
+
+
+def test_training_step_never_waits_for_the_device_and_keeps_the_input_dtype():
+    """No op that reads a device tensor on the host (a boolean index's ``nonzero``, ``item``): each
+    would stall a GPU's launch queue once per layer. A bf16 input (autocast) comes back in bf16, and
+    its gradient too."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen = []
+
+    class Ops(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.__name__.split(".")[0]
+            if name.startswith("index") and any(isinstance(i, torch.Tensor) and i.dtype == torch.bool
+                                                for a in args if isinstance(a, (list, tuple)) for i in a):
+                name += "[bool]"  # a boolean index: its size is known only after reading the mask
+            seen.append(name)
+            return func(*args, **(kwargs or {}))
+
+    x, mask = _padded([9, 4, 7])
+    x = x.to(torch.bfloat16).requires_grad_()
+    m = MaskedBatchNorm(C).train()
+    with Ops():
+        y = m(x, mask)
+        y.float().square().mul(mask[..., None]).sum().backward()
+    assert y.dtype == x.grad.dtype == torch.bfloat16
+    synced = [f for f in seen if f.endswith("[bool]") or f in ("nonzero", "_local_scalar_dense", "item", "masked_select")]
+    assert not synced, synced
+    assert float(x.grad.float()[~mask].abs().max()) == 0.0
