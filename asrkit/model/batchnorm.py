@@ -39,8 +39,8 @@ def _all_reduce_(t: Tensor) -> Tensor:
 
 class _MaskedBatchNormFn(torch.autograd.Function):
     """The training-mode forward and its backward in a few kernels per call, with no host read
-    (a small Conformer's GPU step is bound by launching kernels: autograd of the plain formula
-    took ~80 per layer, and its boolean index waited for the device). Sums in float64.
+    (a small Conformer's GPU step is bound by launching kernels; the plain formula under autograd
+    dispatched 33 ops per layer forward, and its boolean index waited for the device). Sums in float64.
 
     ``y = x * scale + shift`` on every frame, ``scale = weight / sqrt(var + eps)``, ``shift = bias -
     mean * scale``; mean and var over the real frames of all ranks (``n, s1, s2`` summed as
