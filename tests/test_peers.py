@@ -832,6 +832,9 @@ def test_espnet_config_of_the_full_conformer_is_espnets_conformer_with_macaron_a
         == (True, True, 7, "swish", "rel_pos")
     layer = next(d for d in diffs if d.startswith("encoder layers: the same Conformer layer"))
     assert "over the real frames" in layer and "zeroes padded frames" in layer
+    assert not any("activation" in d for d in diffs)  # swish on both sides: not a difference
+    _, diffs = peers.espnet_config(load_config(EQUAL_CONF, ["encoder.activation=swish"]), epochs=3, iters_per_epoch=100)
+    assert any(d.startswith("encoder.activation=swish: ESPnet's Transformer feed-forward is ReLU") for d in diffs)
     for partial in (["encoder.macaron=false"], ["encoder.conv_norm=layer"], ["encoder.pos_enc=sinpos"]):
         with pytest.raises(peers.PeersError, match="only that Conformer is mapped here"):
             peers.espnet_config(load_config(EQUAL_CONF, [*CONFORMER_ARGS, *partial]), epochs=3, iters_per_epoch=100)

@@ -125,8 +125,6 @@ def espnet_config(cfg, *, epochs: int, iters_per_epoch: int, typical_frames: int
             diffs.append(f"augment.{key}={v}: not given to ESPnet (no matching effect mapped here)")
     if t.amp != "none":
         diffs.append(f"train.amp={t.amp}: ESPnet trains in fp32 here (its use_amp is CUDA autocast)")
-    if e.activation != "relu":
-        diffs.append(f"encoder.activation={e.activation}: ESPnet's Transformer feed-forward is ReLU")
     if t.ema_decay > 0:
         span = 1.0 / (1.0 - t.ema_decay)
         n = nbest or max(1, min(10, math.ceil(epochs / 2)))
@@ -153,6 +151,8 @@ def espnet_config(cfg, *, epochs: int, iters_per_epoch: int, typical_frames: int
         conf["encoder_conf"] |= {"macaron_style": conformer, "use_cnn_module": conformer, "rel_pos_type": "latest",
                                  "pos_enc_layer_type": "rel_pos", "selfattention_layer_type": "rel_selfattn",
                                  "activation_type": e.activation} | ({"cnn_module_kernel": e.conv_kernel} if conformer else {})
+    if e.activation != "relu" and not same_xl:  # ESPnet's conformer encoder takes asrkit's activation
+        diffs.append(f"encoder.activation={e.activation}: ESPnet's Transformer feed-forward is ReLU")
     if conformer:
         diffs.append(f"encoder layers: the same Conformer layer (macaron feed-forward, convolution module of kernel "
                      f"{e.conv_kernel} with BatchNorm, a LayerNorm closing each layer); asrkit's BatchNorm takes its "
