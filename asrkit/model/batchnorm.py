@@ -88,7 +88,7 @@ class _MaskedBatchNormFn(torch.autograd.Function):
         xc, mf, var_eps, rstd, scale, n = ctx.saved_tensors
         C = xc.shape[-1]
         g = dy.float()
-        local = torch.cat([g, g * xc], -1).sum((0, 1))  # d shift, d scale + mean d shift: over every frame
+        local = torch.cat([g, g * xc], -1).sum((0, 1))  # sum dy (= d bias), sum dy (x - mean): over every frame
         dshift, dcentred = local.view(2, C)
         dweight = dcentred * rstd  # this rank's; DDP sums it
         gshift, gcentred = _summed_over_ranks(local).view(2, C)  # the sums' gradient: the whole batch's
