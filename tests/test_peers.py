@@ -1008,3 +1008,139 @@ def test_espnet_seeds_grouped_by_name_are_checked_by_their_train_yaml(tmp_path):
     (tmp_path / "espnet_seed2" / "train.yaml").unlink()
     assert "espnet_seed2/train.yaml is missing" in _compare_warnings(warn, tmp_path, [1, 2])
     assert _compare_warnings("", tmp_path, [1, 2]) == ""
+
+
+def test_espnet_recipe_config_is_the_recipe_as_written_but_its_budget_and_log_interval():
+    """--espnet-config: ESPnet's own recipe YAML (egs2/an4's, fixture) is given as written but
+    max_epoch (the passes) and log_interval 1; the file given to ESPnet 202511 (fixture) is that,
+    and ESPnet's resolved config.yaml (fixture) kept every value of it and took asr.sh's global_mvn
+    of collect_stats, its fold lengths and the sample rate from run.py --asr-sh true."""
+    from asrkit.bench.peers.espnet_config import espnet_recipe_config
+
+    src = FIX / "an4_train_asr_transformer.yaml"
+    recipe = yaml.safe_load(src.read_text())
+    conf, changes, model = espnet_recipe_config(src, epochs=1)
+    assert {k: v for k, v in conf.items() if k not in ("max_epoch", "log_interval")} == \
+        {k: v for k, v in recipe.items() if k != "max_epoch"}
+    assert conf["max_epoch"] == 1 and conf["log_interval"] == 1 and len(changes) == 2
+    assert changes[0].startswith("max_epoch 200 -> 1") and changes[1].startswith("log_interval unset -> 1")
+    assert model == "valid.acc.ave.pth"  # asr.sh's inference_asr_model for a recipe keeping the best dev accuracy
+    given = yaml.safe_load((FIX / "an4_given.yaml").read_text())
+    assert given == conf
+    resolved = yaml.safe_load((FIX / "an4_resolved_config.yaml").read_text())
+    for key, value in given.items():
+        if isinstance(value, dict):
+            assert {k: resolved[key][k] for k in value} == value, key
+        else:  # ESPnet's own resolution: the string "none" of an int-or-none option becomes null
+            assert resolved[key] == (None if value == "none" else value), key
+    assert resolved["normalize"] == "global_mvn"
+    assert resolved["normalize_conf"]["stats_file"].endswith("/stats/train/feats_stats.npz")
+    assert resolved["fold_length"] == [80000, 150] and resolved["frontend_conf"] == {"fs": 16000}
+
+
+def test_espnet_runner_adds_what_asr_sh_adds_to_a_recipe_config(tmp_path):
+    """run.py --asr-sh true: asr.sh stage 11's additions for raw audio (its defaults), the stats
+    file of the stats stage named, and a clear error when that stage has not run."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("espnet_run", Path("tools/peers/espnet/run.py"))
+    run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run)
+    a = SimpleNamespace(work=tmp_path, fs=16000)
+    with pytest.raises(SystemExit, match=r"feats_stats.npz missing: run the stats stage first"):
+        run.asr_sh_args(a)
+    (tmp_path / "stats" / "train").mkdir(parents=True)
+    (tmp_path / "stats" / "train" / "feats_stats.npz").write_bytes(b"")
+    assert run.asr_sh_args(a) == ["--normalize", "global_mvn", "--normalize_conf",
+                                  f"stats_file={tmp_path}/stats/train/feats_stats.npz", "--fold_length", "80000",
+                                  "--fold_length", "150", "--frontend_conf", "fs=16000"]
+
+
+@pytest.mark.parametrize("text, match", [
+    ("encoder: [", r"x.yaml: cannot read it as YAML"),
+    ("optim: adam\n", r"x.yaml: no 'encoder' key"),
+    ("encoder: transformer\nfrontend: null\n", r"x.yaml: 'frontend: null' reads features extracted beforehand"),
+])
+def test_espnet_recipe_config_refuses_what_cannot_run_here(tmp_path, text, match):
+    from asrkit.bench.peers.espnet_config import espnet_recipe_config
+
+    (tmp_path / "x.yaml").write_text(text)
+    with pytest.raises(peers.PeersError, match=match):
+        espnet_recipe_config(tmp_path / "x.yaml", epochs=1)
+
+
+def test_espnet_recipe_config_changes_only_what_a_cpu_and_the_budget_need(tmp_path):
+    """use_amp (CUDA autocast) off, a recipe's num_iters_per_epoch dropped (full passes), each
+    change named; the decoded checkpoint follows the recipe's first criterion when it keeps no
+    dev accuracy."""
+    from asrkit.bench.peers.espnet_config import espnet_recipe_config
+
+    (tmp_path / "c.yaml").write_text("encoder: conformer\nuse_amp: true\nnum_iters_per_epoch: 500\nlog_interval: 1\n"
+                                     "best_model_criterion: [[valid, loss, min]]\nmax_epoch: 70\n")
+    conf, changes, model = espnet_recipe_config(tmp_path / "c.yaml", epochs=3)
+    assert conf == {"encoder": "conformer", "use_amp": False, "log_interval": 1,
+                    "best_model_criterion": [["valid", "loss", "min"]], "max_epoch": 3}
+    assert [c.split(" (")[0] for c in changes] == ["max_epoch 70 -> 3", "num_iters_per_epoch 500 removed",
+                                                   "use_amp true -> false"]
+    assert model == "valid.loss.ave.pth"
+
+
+def test_recipe_default_row_runs_each_recipe_for_the_same_passes_and_says_the_models_differ(tmp_path, monkeypatch):
+    """--espnet-config: asrkit trains its config as written (its own max_steps) stopped after the
+    passes (train.max_epochs), ESPnet the recipe YAML for as many epochs; the table is headed as two
+    different models, each side's rates from its own audio and steps (ESPnet: its full passes, its
+    train_time once per optimizer step of accum_grad iterations, the leftover iteration untimed);
+    --seeds, --arch espnet and a missing file are refused before anything runs."""
+    from asrkit.bench.peers import cli
+    from asrkit.bench.peers.table import format_table, measure_rows
+
+    calls = {}
+
+    def fake_asrkit(a, cfg_path, steps, work, env, tag, overrides=None, **kw):
+        calls["asrkit"] = (steps, overrides)
+        return _whole_command_side(100.0, 5.0, "asrkit")
+
+    def fake_espnet(a, cfg, epochs, iters, work, env, typical, tag, recipe=None, **kw):
+        calls["espnet"] = (epochs, recipe)
+        side = _whole_command_side(300.0, 50.0, "espnet")
+        # 1 pass of 5 batches of 2 iterations... : 5 iterations, accum_grad 2 -> 2 timed steps of 4 iterations
+        side.update(n_batch=5, accum_grad=2, iterations=5, optimizer_steps=2, train_audio_s=250.0,
+                    step_times=[40.0, 40.0], config_source=str(FIX / "an4_train_asr_transformer.yaml"))
+        return side
+
+    def prepare(args, cfg, work, res):
+        res.update(steps=5, passes=1, audio_s={"test": 100.0}, train_durations=[100.0, 150.0], n_utts={"test": 3},
+                   decode_every=1)
+        return {"train": {"u": 1.0}}, 1, 5
+
+    monkeypatch.setattr(cli, "_prepare", prepare)
+    monkeypatch.setattr(cli, "run_asrkit", fake_asrkit)
+    monkeypatch.setattr(cli, "run_espnet", fake_espnet)
+    monkeypatch.setattr(cli, "_compare", lambda work, sets: {"doc": {}, "md": ""})
+    monkeypatch.setattr(cli, "compare_cells", lambda doc, sets: {})
+    monkeypatch.setattr(cli, "_espnet_version", lambda venv: "202511")
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("")
+    work = tmp_path / "work"
+    base = ["--espnet-venv", str(venv), "--work", str(work), "--sets", "test", "--only", "asr", "--rounds", "1",
+            "--espnet-config", str(FIX / "an4_train_asr_transformer.yaml")]
+    assert cli.main(base) == 0
+    recipe_cfg = load_config(Path("egs/speechocean762/asr1/conf/train.yaml"))
+    assert calls["asrkit"] == (recipe_cfg.train.max_steps, ["train.max_epochs=1"])
+    assert calls["espnet"] == (1, (FIX / "an4_train_asr_transformer.yaml").resolve())
+    doc = json.loads((work / "peers.json").read_text())
+    text = format_table(doc)
+    assert "(1 pass(es) over the training data each; two different models, not a toolkit comparison)" in text
+    assert "How the two recipes differ" in text
+    rows = {r[0]: r[1:3] for r in measure_rows(doc, doc["asrkit"], doc["espnet"])}
+    # ESPnet: 250 audio-s in 5 iterations, 4 of them timed in 80 s -> 250 * 4 / 5 / 80 = 2.5 audio-s per s
+    assert rows["training: audio-s per wall-s (training steps only)"] == (5.0, 2.5)
+    assert rows["training: audio-s per step"] == (100.0, 125.0)  # its 2 optimizer steps
+    assert rows["training: CPU-s per step (whole training command, all threads; robust to other load)"] == (40.0, 300.0)
+    # the lines the user writes: the recipe's YAML as it is (41), not the file given to ESPnet (42: log_interval)
+    assert doc["config_lines"]["espnet"] == 41 and cli.config_lines(FIX / "an4_given.yaml") == 42
+    for extra in (["--seeds", "1"], ["--arch", "espnet"]):
+        assert cli.main([*base, *extra]) == 2
+    assert cli.main([*base[:-1], str(tmp_path / "none.yaml")]) == 2

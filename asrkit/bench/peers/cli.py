@@ -24,6 +24,7 @@ from asrkit.bench.peers.espnet_config import (
     config_lines,
     config_settings,
     espnet_config,
+    espnet_recipe_config,
     plan_steps,
 )
 from asrkit.bench.peers.relpos import relpos_bench
@@ -56,6 +57,11 @@ def main(argv: list[str]) -> int:
                         "(the models differ: see the page); espnet: the same model on both sides (ESPnet's CTC "
                         "Transformer, --config default egs/speechocean762/asr1/conf/train_espnet_equal.yaml), its "
                         "training step and decoding timed A B A B (asrkit.bench.peers.equal)")
+    p.add_argument("--espnet-config", type=Path,
+                   help="the recipe-default row: ESPnet trains this asr_train YAML of its own recipes as written (e.g. a "
+                        "copy of egs2/an4/asr1/conf/train_asr_transformer.yaml; its budget, log interval and CPU amp "
+                        "changed, asr.sh's global_mvn and fold lengths added) and asrkit its --config as written, each "
+                        "for the passes over the data --steps makes (two different models, labelled so)")
     p.add_argument("--durations", type=Path, help="--arch espnet: JSON utterance -> seconds whose batches are timed "
                    "(default: the 60 speechocean762 test utterances of tests/fixtures/espnet/durations.json)")
     p.add_argument("--bench-steps", type=int, default=40, help="--arch espnet: timed steps per round")
@@ -108,6 +114,14 @@ def main(argv: list[str]) -> int:
             raise PeersError(f"--rounds {args.rounds}: give 1 or more")
         if args.init_from is not None and not args.seeds:
             raise PeersError("--init-from starts each seed's sides from another study's models: give --seeds too")
+        if args.espnet_config is not None:
+            if args.arch == "espnet" or args.seeds:
+                raise PeersError("--espnet-config runs each toolkit's recipe default through the whole command: drop "
+                                 "--arch espnet / --seeds (they compare the same model on both sides)")
+            if not args.espnet_config.is_file():
+                raise PeersError(f"--espnet-config {args.espnet_config} does not exist: give an ESPnet asr_train "
+                                 "YAML, e.g. a copy of an egs2 recipe's conf/train_asr_transformer.yaml")
+            args.espnet_config = args.espnet_config.resolve()
         if args.durations is not None and not args.durations.is_file():
             raise PeersError(f"--durations {args.durations} does not exist (JSON utterance -> seconds, as "
                              "WORK/data/<set>/durations.json)")
@@ -144,17 +158,20 @@ def main(argv: list[str]) -> int:
                 if args.only in ("asrkit", "espnet") and side != args.only:
                     continue
                 tag = round_tag(side, r)
-                if side == "asrkit":
+                if side == "asrkit" and args.espnet_config:  # its recipe as written, stopped after the passes
+                    out = run_asrkit(args, args.config, cfg.train.max_steps, work, env, tag=tag,
+                                     overrides=[*args.asrkit_args, f"train.max_epochs={epochs}"])
+                elif side == "asrkit":
                     out = run_asrkit(args, args.config, res["steps"], work, env, tag=tag)
                 else:
-                    out = run_espnet(args, cfg, epochs, iters, work, env, typical, tag=tag)
+                    out = run_espnet(args, cfg, epochs, iters, work, env, typical, tag=tag, recipe=args.espnet_config)
                 _save(work / tag / "result.json", out, res)
         if args.only in (None, "asr", "table"):  # the two sides' saved results (also after --only asrkit / espnet)
             load_rounds(work, res, args.rounds)
             e = res["espnet"]
-            res["config_lines"] = {"asrkit": config_lines(args.config), "espnet": config_lines(Path(e["config_path"]))}
-            res["config_settings"] = {"asrkit": config_settings(args.config),
-                                      "espnet": config_settings(Path(e["config_path"]))}
+            e_conf = Path(e.get("config_source") or e["config_path"])  # what the user writes: a recipe's YAML as is
+            res["config_lines"] = {"asrkit": config_lines(args.config), "espnet": config_lines(e_conf)}
+            res["config_settings"] = {"asrkit": config_settings(args.config), "espnet": config_settings(e_conf)}
             c = _compare(work, args.sets)
             res["compare"] = compare_cells(c["doc"], args.sets)
             res["compare_md"] = c["md"]
@@ -239,6 +256,11 @@ def _prepare(args, cfg, work: Path, res: dict) -> tuple[dict[str, dict[str, floa
     n_batch = batches_per_pass(list(durs[args.train].values()), cfg.data.max_duration)
     epochs, iters = plan_steps(args.steps, n_batch)
     res["steps"] = epochs * iters
+    if getattr(args, "espnet_config", None):  # each recipe as written for `epochs` passes
+        res["passes"] = epochs
+        espnet_recipe_config(args.espnet_config, epochs=epochs)  # a YAML it cannot take stops the run here
+        print(f"[peers] recipe defaults: {epochs} passes over the training data each", file=sys.stderr)
+        return durs, epochs, iters
     # ESPnet's config from this budget, before either side trains: a budget it cannot take (a warmup
     # as long as the run) must not cost the asrkit side's training first
     espnet_config(cfg, epochs=epochs, iters_per_epoch=iters,

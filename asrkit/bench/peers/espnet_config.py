@@ -243,3 +243,79 @@ def plan_steps(steps: int, n_batch: int) -> tuple[int, int]:
     return e, math.ceil(steps / e)
 
 
+
+
+#: asr.sh's model to decode (its ``inference_asr_model`` default): the average of the best epochs by dev accuracy
+ASR_SH_MODEL = "valid.acc.ave.pth"
+
+
+def espnet_recipe_config(path: Path, *, epochs: int) -> tuple[dict, list[str], str]:
+    """An ESPnet recipe's ``asr_train`` YAML (e.g. a copy of an egs2 recipe's
+    ``conf/train_asr_*.yaml``) as written, for the recipe-default row: only the budget
+    (``max_epoch`` = ``epochs`` full passes), one log line per iteration (the step times are summed
+    from them) and ``use_amp`` off on a CPU are changed. Returns the config, the sentences naming
+    each change, and the checkpoint asr.sh would decode (``valid.acc.ave.pth`` when the recipe keeps
+    its best epochs by dev accuracy, as asr.sh's default; else the first criterion's average)."""
+    import yaml
+
+    try:
+        conf = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise PeersError(f"--espnet-config {path}: cannot read it as YAML ({e}); give an ESPnet asr_train config, "
+                         "e.g. a copy of an egs2 recipe's conf/train_asr_transformer.yaml") from None
+    if not isinstance(conf, dict) or "encoder" not in conf:
+        raise PeersError(f"--espnet-config {path}: no 'encoder' key; give an ESPnet asr_train config (an egs2 "
+                         "recipe's conf/train_asr_*.yaml)")
+    if "frontend" in conf and conf["frontend"] is None:
+        raise PeersError(f"--espnet-config {path}: 'frontend: null' reads features extracted beforehand; both sides "
+                         "read the same raw audio here: pick a recipe config with ESPnet's default frontend")
+    changes = [f"max_epoch {conf.get('max_epoch', 'unset')} -> {epochs} (the budget: {epochs} full passes over the "
+               "training data, as asrkit's side)"]
+    for key in ("num_iters_per_epoch",):
+        if conf.get(key):
+            changes.append(f"{key} {conf[key]} removed (each epoch a full pass, as asrkit's)")
+            conf.pop(key)
+    conf["max_epoch"] = epochs
+    if conf.get("log_interval") != 1:
+        changes.append(f"log_interval {conf.get('log_interval', 'unset')} -> 1 (each iteration's train_time logged "
+                       "and summed: the training-steps throughput)")
+        conf["log_interval"] = 1
+    if conf.get("use_amp"):
+        changes.append("use_amp true -> false (CUDA autocast: nothing on a CPU)")
+        conf["use_amp"] = False
+    crit = [tuple(c) for c in conf.get("best_model_criterion") or [("valid", "acc", "max")]]
+    model = ASR_SH_MODEL if ("valid", "acc", "max") in crit else f"{crit[0][0]}.{crit[0][1]}.ave.pth"
+    return conf, changes, model
+
+
+def espnet_recipe_diffs(conf: dict, changes: list[str], source: Path, asrkit_config: Path, cfg) -> list[str]:
+    """The differences of the recipe-default row, one sentence each: two recipes, two models."""
+    enc, dec = conf.get("encoder"), conf.get("decoder")
+    ec = conf.get("encoder_conf") or {}
+    sched = conf.get("scheduler")
+    warm = (conf.get("scheduler_conf") or {}).get("warmup_steps")
+    speed = [float(x) for x in (getattr(getattr(cfg, "augment", None), "speed", None) or [])]
+    return [
+        f"models: each toolkit's recipe default, two different models (see the parameter counts): asrkit "
+        f"{asrkit_config} ({cfg.encoder.n_layers} x {cfg.encoder.d_model} {cfg.encoder.type}, encoder.pos_enc="
+        f"{cfg.encoder.pos_enc}, frontend {cfg.frontend.type}, CTC); ESPnet {source} ({ec.get('num_blocks', '?')} x "
+        f"{ec.get('output_size', '?')} {enc} encoder, input_layer {ec.get('input_layer', '?')}"
+        + (f", {dec} decoder, ctc_weight {(conf.get('model_conf') or {}).get('ctc_weight', '?')}" if dec else "")
+        + "): no ratio of this row measures a toolkit",
+        "ESPnet's YAML as written except: " + "; ".join(changes),
+        "what asr.sh's training stage adds for raw audio, given as it gives it: global mean and variance "
+        "normalization from collect_stats (feats_normalize=global_mvn), fold lengths 80000 / 150, --frontend_conf fs",
+        "tokens: characters on both sides (asr.sh --token_type char); asr.sh's own default is BPE",
+        "speed perturbation: asr.sh's --speed_perturb_factors is a data-preparation option outside the YAML, none "
+        "here on ESPnet's side; asrkit's config " + (f"perturbs at {speed}" if speed else "has none"),
+        "decoding: greedy CTC on both sides (ESPnet's recipes decode with beam search"
+        + (" and the attention decoder" if dec else "") + ")",
+        f"learning rate: asrkit's schedule as its config has it (optim.schedule {cfg.optim.schedule} over "
+        f"train.max_steps {cfg.train.max_steps}), stopped after the passes; ESPnet's as written"
+        + (f" ({sched}, {warm} warm-up steps)" if sched else "")
+        + ": both recipes cut short, so the WER of this row says nothing about either recipe's result",
+        f"batches: each recipe's own (asrkit data.max_duration {cfg.data.max_duration:g} s, {cfg.data.bucket_order} "
+        f"buckets; ESPnet batch_type {conf.get('batch_type', 'folded')}, "
+        + (f"batch_bins {conf['batch_bins']}" if "batch_bins" in conf else f"batch_size {conf.get('batch_size', 20)}")
+        + f", accum_grad {conf.get('accum_grad', 1)})",
+    ]

@@ -29,7 +29,10 @@ def format_table(res: dict) -> str:
     L: list[str] = []
     a, e = res.get("asrkit"), res.get("espnet")
     if a and e:
-        L += [f"## ASR: asrkit vs ESPnet {res.get('espnet_version', '')} ({res['steps']} optimizer steps each)", ""]
+        L += ([f"## Each toolkit's recipe default: asrkit vs ESPnet {res.get('espnet_version', '')} ({res['passes']} "
+               "pass(es) over the training data each; two different models, not a toolkit comparison)", ""]
+              if res.get("passes") else
+              [f"## ASR: asrkit vs ESPnet {res.get('espnet_version', '')} ({res['steps']} optimizer steps each)", ""])
         cmp = res.get("compare", {})
         n = len(res.get("rounds") or [None])
         L += (["| | asrkit | ESPnet | ESPnet / asrkit |", "|---|---:|---:|---:|"] if n == 1 else
@@ -64,7 +67,8 @@ def format_table(res: dict) -> str:
             "greedy CTC; ESPnet greedy CTC through its Python inference API (Speech2Text, CTC.argmax); no language "
             "model on either side (the recipe's word 3-gram TLG graph has no ESPnet counterpart); both scored by "
             f"asrkit's scorer (normalizer `{NORM}`).", "",
-            "Differences that could not be removed:", ""] + [f"- {d}" for d in e["diffs"]] + [""]
+            ("How the two recipes differ (each as written, stopped after the same passes):" if res.get("passes")
+             else "Differences that could not be removed:"), ""] + [f"- {d}" for d in e["diffs"]] + [""]
     r = res.get("relpos")
     if r:
         L += format_relpos(r)
@@ -77,18 +81,26 @@ def measure_rows(res: dict, a: dict, e: dict) -> list[tuple[str, float | None, f
     """The measured rows of one round of the whole-command run: (label, asrkit, ESPnet, format)."""
     ai, ae = a["info"], e
     a_aps = ai["audio_sec_per_sec"]
+    a_steps = ai["steps"] if res.get("passes") else res["steps"]  # recipe defaults: each its own steps
     a_ps = ai["audio_seconds"] / max(1, ai["steps"])
-    e_ps = sum(res["train_durations"]) / e["n_batch"] if e.get("n_batch") else None
+    # ESPnet logs no audio count: its batches per pass from its N-batch line; the recipe row's full passes
+    e_steps = e.get("optimizer_steps", res["steps"])
+    e_audio = e.get("train_audio_s") or (sum(res["train_durations"]) / e["n_batch"] * res["steps"]
+                                         if e.get("n_batch") else None)
+    e_ps = None if not e_audio else e_audio / max(1, e_steps)
     e_tt = sum(ae["step_times"]) if ae.get("step_times") else None
-    e_aps = None if not (e_ps and e_tt) else e_ps * res["steps"] / e_tt
+    # train_time is logged once per optimizer step (accum_grad iterations), the epoch's leftover
+    # iterations untimed: the rate is over the timed share of the audio
+    timed = min(1.0, len(ae.get("step_times") or []) * e.get("accum_grad", 1) / e.get("iterations", res["steps"]))
+    e_aps = None if not (e_audio and e_tt) else e_audio * timed / e_tt
     a_cmd = ai["audio_seconds"] / a["train"]["wall_s"]
-    e_cmd = None if not e_ps else e_ps * res["steps"] / e["train"]["wall_s"]
+    e_cmd = None if not e_audio else e_audio / e["train"]["wall_s"]
     a_cpu, e_cpu = a["train"].get("cpu_s"), e["train"].get("cpu_s")
     rows = [
         ("training: CPU-s per step (whole training command, all threads; robust to other load)",
-         None if a_cpu is None else a_cpu / res["steps"], None if e_cpu is None else e_cpu / res["steps"], ".2f"),
+         None if a_cpu is None else a_cpu / a_steps, None if e_cpu is None else e_cpu / e_steps, ".2f"),
         ("training: audio-s per CPU-s (whole training command)", None if a_cpu is None else ai["audio_seconds"] / a_cpu,
-         None if not (e_cpu and e_ps) else e_ps * res["steps"] / e_cpu, ".1f"),
+         None if not (e_cpu and e_audio) else e_audio / e_cpu, ".1f"),
         ("training: audio-s per wall-s (training steps only)", a_aps, e_aps, ".1f"),
         ("training: audio-s per wall-s (whole command: start-up, validation, checkpoints)", a_cmd, e_cmd, ".1f"),
         ("training: audio-s per step", a_ps, e_ps, ".1f"),

@@ -18,6 +18,10 @@ STAGE (each a separate command, so a caller can time and measure each one):
 * ``train``: ``espnet2.bin.asr_train`` with the config (asr.sh stage 11); ``--seed N`` overrides the
   config's seed, ``--resume true`` continues from ``W/exp/checkpoint.pth`` (the end of the last epoch),
   ``--init-param FILE`` starts from a pretrained model's weights (asr_train's ``--init_param``).
+  ``--asr-sh true`` adds what asr.sh stage 11 adds to a recipe's config for raw audio: global mean
+  and variance normalization from collect_stats' ``feats_stats.npz`` (its default
+  ``feats_normalize=global_mvn``), the fold lengths of folded batches (speech 800 x 100 samples,
+  text 150) and the frontend's sample rate: an egs2 recipe's YAML then trains as asr.sh trains it.
 * ``decode``: every test set, one process each, batch 1, ``--model`` (default ``valid.loss.ave.pth``,
   the average the trainer writes). ``--search greedy`` (default): CTC best path through ESPnet's
   Python inference API: ``espnet2.bin.asr_inference.Speech2Text`` loads the model, ASRTask's
@@ -139,7 +143,23 @@ def train(a) -> None:
     run([*module(a, "espnet2.bin.asr_train"), *common(a), *seed, *data_args("train", train), *data_args("valid", dev),
          "--train_shape_file", str(st / "train" / "speech_shape"), "--train_shape_file", str(st / "train" / "text_shape.char"),
          "--valid_shape_file", str(st / "valid" / "speech_shape"), "--valid_shape_file", str(st / "valid" / "text_shape.char"),
+         *(asr_sh_args(a) if a.asr_sh == "true" else []),
          "--resume", a.resume, "--output_dir", str(a.work / "exp")], a.work / "logs" / "train.log")
+
+
+#: asr.sh's fold lengths for raw audio: asr_speech_fold_length (800) x 100 samples, asr_text_fold_length
+ASR_SH_FOLD = (80000, 150)
+
+
+def asr_sh_args(a) -> list[str]:
+    """What asr.sh's training stage adds to ``--config`` for raw audio with its defaults
+    (``feats_normalize=global_mvn``, the fold lengths, ``--frontend_conf fs``)."""
+    stats = a.work / "stats" / "train" / "feats_stats.npz"
+    if not stats.is_file():
+        sys.exit(f"[espnet run.py] {stats} missing: run the stats stage first (--asr-sh true normalizes with it)")
+    return ["--normalize", "global_mvn", "--normalize_conf", f"stats_file={stats}",
+            "--fold_length", str(ASR_SH_FOLD[0]), "--fold_length", str(ASR_SH_FOLD[1]),
+            "--frontend_conf", f"fs={a.fs}"]
 
 
 GREEDY = r"""
@@ -215,6 +235,10 @@ def main() -> None:
                    help="train: continue from WORK/exp/checkpoint.pth (ESPnet writes it after every epoch)")
     p.add_argument("--token-list", type=Path, help="tokens: use this token list (a pretrained model's) as it is")
     p.add_argument("--init-param", type=Path, help="train: start from this model's weights (asr_train --init_param)")
+    p.add_argument("--asr-sh", choices=["true", "false"], default="false",
+                   help="train: add what asr.sh stage 11 adds to a recipe's config (global_mvn from the stats "
+                        "stage, fold lengths 80000 / 150, --frontend_conf fs): an egs2 recipe YAML as asr.sh runs it")
+    p.add_argument("--fs", type=int, default=16000, help="sample rate given as --frontend_conf fs with --asr-sh true")
     p.add_argument("--flush-denormal", choices=["true", "false"], default="true",
                    help="torch.set_flush_denormal(True) in ESPnet's training and decoding processes (asrkit's set it)")
     p.add_argument("--search", choices=["greedy", "beam"], default="greedy",
