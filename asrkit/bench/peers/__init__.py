@@ -50,6 +50,11 @@ ESPnet's weights and output in tests/test_peers.py) and time its training step a
 alternating fresh processes. Without it, each side trains the recipe config's model, and the two
 models differ (docs/results/espnet_side_by_side.md says how).
 
+``--espnet-config FILE`` (the recipe-default row) gives ESPnet one of its own recipe YAMLs as written
+(:func:`espnet_recipe_config`: its budget, log interval and CPU amp changed; asr.sh's global_mvn,
+fold lengths and sample rate added by run.py ``--asr-sh true``) and asrkit ``--config`` as written,
+each stopped after the same passes over the data: two recipes, two different models, labelled so.
+
 Modules: ``equal`` (the equal-architecture benchmark), ``espnet_weights`` (ESPnet's state dict in
 asrkit's names), ``espnet_config`` (the generated ESPnet config and its epochs x iterations plan),
 ``data`` (the Kaldi dirs both read), ``sides`` (running each side: measured commands, training,
@@ -79,6 +84,7 @@ from asrkit.bench.peers.espnet_config import (
     config_lines,
     config_settings,
     espnet_config,
+    espnet_recipe_config,
     plan_steps,
 )
 from asrkit.bench.peers.espnet_output import (
@@ -91,7 +97,7 @@ from asrkit.bench.peers.table import compare_cells, format_table
 
 __all__ = [
     "DEFAULT_RECIPE", "DEFAULT_SETS", "ESPNET_RELPOS", "ESPNET_RUN", "ESPNET_VENV", "NORM", "REPO", "PeersError",
-    "batches_per_pass", "compare_cells", "config_lines", "config_settings", "espnet_config",
+    "batches_per_pass", "compare_cells", "config_lines", "config_settings", "espnet_config", "espnet_recipe_config",
     "espnet_hyps_to_records", "format_table", "main", "measured", "normalize_kaldi_dir", "plan_steps",
     "read_kaldi_text", "run_asrkit", "run_espnet", "write_espnet_decode_dir",
 ]
