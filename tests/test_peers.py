@@ -1141,6 +1141,10 @@ def test_recipe_default_row_runs_each_recipe_for_the_same_passes_and_says_the_mo
     assert rows["training: CPU-s per step (whole training command, all threads; robust to other load)"] == (40.0, 300.0)
     # the lines the user writes: the recipe's YAML as it is (41), not the file given to ESPnet (42: log_interval)
     assert doc["config_lines"]["espnet"] == 41 and cli.config_lines(FIX / "an4_given.yaml") == 42
+    # the table rebuilt later from the saved sides (--only table) is the same recipe-default table
+    assert cli.main([*base[:7], "table", *base[8:]]) == 0
+    again = format_table(json.loads((work / "peers.json").read_text()))
+    assert again.split("\nMachine:")[0] == text.split("\nMachine:")[0]
     for extra in (["--seeds", "1"], ["--arch", "espnet"]):
         assert cli.main([*base, *extra]) == 2
     assert cli.main([*base[:-1], str(tmp_path / "none.yaml")]) == 2

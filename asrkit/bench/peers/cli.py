@@ -221,7 +221,7 @@ def load_rounds(work: Path, res: dict, rounds: int) -> None:
                 raise PeersError(f"{f}: {doc['run']['steps']} steps, this run {res['steps']}: rerun that side with "
                                  "the same --steps")
             res.update({k: v for k, v in doc["run"].items()
-                        if k in ("steps", "audio_s", "train_durations", "decode_every", "n_utts")})
+                        if k in ("steps", "passes", "audio_s", "train_durations", "decode_every", "n_utts")})
             pair[side] = doc["result"]
             wers = res["round_wers"][side]
             wers.append({})
@@ -386,8 +386,8 @@ def init_models(study: Path, seed: int, sides: tuple[str, ...] = ("asrkit", "esp
 
 
 def _save(path: Path, result: dict, res: dict) -> None:
-    run = {k: res[k] for k in ("steps", "sets", "audio_s", "train_durations", "cpu", "threads", "date", "decode_every",
-                               "n_utts") if k in res}
+    run = {k: res[k] for k in ("steps", "passes", "sets", "audio_s", "train_durations", "cpu", "threads", "date",
+                               "decode_every", "n_utts") if k in res}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"run": run, "result": result}, default=str))
 
