@@ -1134,6 +1134,9 @@ def test_recipe_default_row_runs_each_recipe_for_the_same_passes_and_says_the_mo
     text = format_table(doc)
     assert "(1 pass(es) over the training data each; two different models, not a toolkit comparison)" in text
     assert "How the two recipes differ" in text
+    # no ratio of two different models: each side's value, then the WER difference only
+    assert "| | asrkit | ESPnet | asrkit - ESPnet (WER only) |" in text and "ESPnet / asrkit" not in text
+    assert "| training: wall time of the command (s) | 100 | 300 | |" in text
     rows = {r[0]: r[1:3] for r in measure_rows(doc, doc["asrkit"], doc["espnet"])}
     # ESPnet: 250 audio-s in 5 iterations, 4 of them timed in 80 s -> 250 * 4 / 5 / 80 = 2.5 audio-s per s
     assert rows["training: audio-s per wall-s (training steps only)"] == (5.0, 2.5)

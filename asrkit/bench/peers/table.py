@@ -35,14 +35,20 @@ def format_table(res: dict) -> str:
               [f"## ASR: asrkit vs ESPnet {res.get('espnet_version', '')} ({res['steps']} optimizer steps each)", ""])
         cmp = res.get("compare", {})
         n = len(res.get("rounds") or [None])
-        L += (["| | asrkit | ESPnet | ESPnet / asrkit |", "|---|---:|---:|---:|"] if n == 1 else
-              [f"| | asrkit, median of {n} rounds | ESPnet, median of {n} rounds | ESPnet / asrkit | per round |",
-               "|---|---:|---:|---:|---:|"])
+        recipes = bool(res.get("passes"))  # two different models: each side's rounds, no ratio column
+        if recipes:
+            L += [f"| | asrkit{f', median of {n} rounds (each round)' if n > 1 else ''} | ESPnet"
+                  f"{f', median of {n} rounds (each round)' if n > 1 else ''} | asrkit - ESPnet (WER only) |",
+                  "|---|---:|---:|---:|"]
+        else:
+            L += (["| | asrkit | ESPnet | ESPnet / asrkit |", "|---|---:|---:|---:|"] if n == 1 else
+                  [f"| | asrkit, median of {n} rounds | ESPnet, median of {n} rounds | ESPnet / asrkit | per round |",
+                   "|---|---:|---:|---:|---:|"])
         for s in res["sets"]:
             c = cmp.get(s, {})
             L.append(f"| WER % {s} [95 % interval]; last column: asrkit - ESPnet [interval] p MAPSSWE / sign | "
                      f"{c.get('asrkit', '-')} | {c.get('espnet', '-')} | {c.get('diff', '-')} |"
-                     + (" first round |" if n > 1 else ""))
+                     + (" first round |" if n > 1 and not recipes else ""))
         rounds = res.get("rounds") or [{"asrkit": a, "espnet": e}]
         per = [measure_rows(res, r["asrkit"], r["espnet"]) for r in rounds]
         for i, (label, _, _, spec) in enumerate(per[0]):
@@ -50,6 +56,11 @@ def format_table(res: dict) -> str:
             y = _median([p[i][2] for p in per])
             if spec == "d":  # counts: the same in every round
                 x, y = (None if v is None else int(v) for v in (x, y))
+            if recipes:
+                each_a, each_e = ("" if n == 1 or spec == "d" else
+                                  f" ({', '.join(_fmt(p[i][side], spec) for p in per)})" for side in (1, 2))
+                L.append(f"| {label} | {_fmt(x, spec)}{each_a} | {_fmt(y, spec)}{each_e} | |")
+                continue
             ratio = "-" if x in (None, 0) or y is None else f"{y / x:.2f}x"
             each = [p[i][2] / p[i][1] for p in per if p[i][1] not in (None, 0) and p[i][2] is not None]
             tail = f" {', '.join(f'{v:.2f}' for v in each)} |" if len(rounds) > 1 else ""
