@@ -271,10 +271,9 @@ def espnet_recipe_config(path: Path, *, epochs: int) -> tuple[dict, list[str], s
                          "read the same raw audio here: pick a recipe config with ESPnet's default frontend")
     changes = [f"max_epoch {conf.get('max_epoch', 'unset')} -> {epochs} (the budget: {epochs} full passes over the "
                "training data, as asrkit's side)"]
-    for key in ("num_iters_per_epoch",):
-        if conf.get(key):
-            changes.append(f"{key} {conf[key]} removed (each epoch a full pass, as asrkit's)")
-            conf.pop(key)
+    iters = conf.pop("num_iters_per_epoch", None)
+    if iters:
+        changes.append(f"num_iters_per_epoch {iters} removed (each epoch a full pass, as asrkit's)")
     conf["max_epoch"] = epochs
     if conf.get("log_interval") != 1:
         changes.append(f"log_interval {conf.get('log_interval', 'unset')} -> 1 (each iteration's train_time logged "
