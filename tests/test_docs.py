@@ -170,6 +170,10 @@ def test_readme_is_a_product_page(page):
     assert len(lines) <= 220, f"{page}: {len(lines)} lines; move details to docs/"
     longest = max(len(line) for line in lines if not line.startswith("|"))
     assert longest <= 400, f"{page}: a line of {longest} characters"
+    # a table cell answers in a sentence; the figures behind it live on the page it links to
+    cells = [c.strip() for line in lines if line.startswith("|") for c in line.strip().strip("|").split("|")]
+    widest = max(cells, key=len)
+    assert len(widest) <= 300, f"{page}: a table cell of {len(widest)} characters ({widest[:60]}...); move it to docs/"
     # no dated measurements: they live on docs/results/ pages
     assert not re.search(r"\b20\d\d-\d\d-\d\d\b", text), f"{page}: a dated measurement; move it to docs/results/"
     for internal in ("the issue", "issue's", "study paused"):
