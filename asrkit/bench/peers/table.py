@@ -37,9 +37,8 @@ def format_table(res: dict) -> str:
         n = len(res.get("rounds") or [None])
         recipes = bool(res.get("passes"))  # two different models: each side's rounds, no ratio column
         if recipes:
-            L += [f"| | asrkit{f', median of {n} rounds (each round)' if n > 1 else ''} | ESPnet"
-                  f"{f', median of {n} rounds (each round)' if n > 1 else ''} | asrkit - ESPnet (WER only) |",
-                  "|---|---:|---:|---:|"]
+            med = f", median of {n} rounds (each round)" if n > 1 else ""
+            L += [f"| | asrkit{med} | ESPnet{med} | asrkit - ESPnet (WER only) |", "|---|---:|---:|---:|"]
         else:
             L += (["| | asrkit | ESPnet | ESPnet / asrkit |", "|---|---:|---:|---:|"] if n == 1 else
                   [f"| | asrkit, median of {n} rounds | ESPnet, median of {n} rounds | ESPnet / asrkit | per round |",
