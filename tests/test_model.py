@@ -277,3 +277,31 @@ def test_bf16_autocast_runs():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = m.encode(feats, lens, times)
     assert out.log_probs.dtype == torch.float32 and torch.isfinite(out.log_probs).all()
+
+
+def test_conv2d_layout_by_device():
+    """The subsampling's convolutions run in PyTorch's default layout on AVX2-only CPUs in a process
+    that keeps freed memory (the faster one there), channels-last elsewhere
+    (asrkit.model.frontend.conv_layout); either
+    way the output is NeMo's (test_conv2d_frontend_matches_nemo runs this machine's choice; here
+    both layouts give the same values to float rounding)."""
+    from asrkit.model.frontend import Conv2dSubsampling, conv_layout
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert conv_layout(cpu, "AVX2", kept=True) == torch.contiguous_format
+    assert conv_layout(cpu, "AVX2", kept=False) == torch.channels_last
+    for kept in (True, False):
+        assert conv_layout(cpu, "AVX512", kept=kept) == torch.channels_last
+        assert conv_layout(cuda, "AVX2", kept=kept) == torch.channels_last
+    torch.manual_seed(0)
+    m = Conv2dSubsampling(16, 12, kernel=3, stride=4, channels=8).eval()
+    feats, lengths = torch.randn(3, 40, 16), torch.tensor([40, 33, 9])
+    feats[1, 33:], feats[2, 9:] = 0, 0
+    times = torch.arange(40).float()[None].expand(3, -1) * 0.01
+    outs = {}
+    for fmt in (torch.channels_last, torch.contiguous_format):
+        m.memory_format = fmt
+        with torch.no_grad():
+            outs[fmt] = m(feats, lengths, times)
+    torch.testing.assert_close(outs[torch.channels_last][0], outs[torch.contiguous_format][0], atol=1e-5, rtol=0)
+    assert torch.equal(outs[torch.channels_last][1], outs[torch.contiguous_format][1])

@@ -70,9 +70,10 @@ def test_log_bar_tensorboard_and_labelled_dev_wers(corpus, tmp_path):
     decoder (prefix beam + a word bigram) and greedy CTC; then a resume to a budget of 14."""
     exp = tmp_path / "exp"
     ovr = H.overrides(corpus, dev=True, train__max_steps=10, train__max_epochs=3, decode__method="prefix_beam",
-                      decode__lm=corpus["arpa"], decode__beam=4)
+                      decode__lm=corpus["arpa"], decode__beam=4, train__keep_freed_memory=True)
     r = H.run_subprocess(exp, ovr)
     assert r.returncode == 0, r.stderr[-3000:]
+    assert "train.keep_freed_memory: on (glibc mallopt" in _log(exp)  # on this glibc machine
     lines = _lines(exp)
     assert [s for _, _, s, *_ in lines] == list(range(1, 11))  # train.log_interval=1: every step, step S/N
     assert all(s == s2 and n == 10 for _, _, s, s2, n, *_ in lines)

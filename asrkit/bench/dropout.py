@@ -19,7 +19,7 @@ import time
 import torch
 
 from asrkit.cliargs import Parser
-from asrkit.bench.frontend import add_step_args, step_batch
+from asrkit.bench.frontend import add_step_args, set_allocator, step_batch
 
 
 def _step(model, feats, lengths, times, fast: bool) -> float:
@@ -43,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     add_step_args(ap)
     ap.add_argument("--p", type=float, default=0.1, help="encoder.dropout of the dropout rows")
     a = ap.parse_args(argv)
+    allocator = set_allocator(a)
     torch.set_num_threads(a.threads)
     models = {}
     for p in (0.0, a.p):
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
             took[n].append(_step(models[rows[n][0]], feats, lengths, times, rows[n][1]))
     base = "no dropout"
     lines = [f"## Dropout: forward + backward of one training step ({B} x {a.utt_seconds:g} s, {a.threads} threads, "
-             f"{a.reps} rounds; {cpu_model() or 'unknown CPU'}; torch {torch.__version__})", "",
+             f"{a.reps} rounds; {cpu_model() or 'unknown CPU'}; torch {torch.__version__}; {allocator})", "",
              f"config: `{a.config}` (`encoder.dropout` per row)", "",
              "| row | step s (median) | step / no dropout (median of per-round ratios) |", "|---|---:|---:|"]
     for n in rows:

@@ -15,6 +15,9 @@ time is that input frame's time (without padding, the first input frame of its r
 which ESPnet's positional encoding also numbers j). With zero padding of ``kernel // 2`` and padded
 frames zeroed (on the input, and after every 2-D convolution), a padded batch gives exactly the
 outputs of each utterance alone; without padding, the valid outputs never see a padded frame.
+
+The 2-D convolutions run in the memory layout :func:`conv_layout` picks for the device: the values
+are the same up to rounding, only the speed differs.
 """
 from __future__ import annotations
 
@@ -23,11 +26,31 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from asrkit.model.dropout import Dropout
+from asrkit.utils import freed_memory_kept
 
 
 def _strided_lengths(lengths: Tensor, kernel: int, stride: int, pad: int | None = None) -> Tensor:
     pad = kernel // 2 if pad is None else pad
     return torch.div(lengths + 2 * pad - kernel, stride, rounding_mode="floor") + 1
+
+
+def conv_layout(device: torch.device, capability: str | None = None, kept: bool | None = None) -> torch.memory_format:
+    """The memory layout of :class:`Conv2dSubsampling`'s convolutions on ``device``: PyTorch's
+    default (NCHW) on a CPU whose best kernels are AVX2 (``capability``, default
+    ``torch.backends.cpu.get_cpu_capability()``) in a process that keeps freed memory (``kept``,
+    default :func:`asrkit.utils.freed_memory_kept`: ``train.keep_freed_memory``), channels-last
+    (NHWC) elsewhere. ESPnet's 192-channel subsampling in its Transformer, forward + backward
+    (``python -m asrkit.bench frontend``, medians of 5 steps in two runs): on an AMD EPYC (AVX2)
+    with freed memory kept the default layout's step 1.62-1.65 s against channels-last's 2.14-2.20
+    s, with glibc's default allocator 2.48-2.50 against 2.28-2.47 s (the default layout's
+    temporaries page-fault more); the same on a Xeon limited to AVX2 (``ATEN_CPU_CAPABILITY=avx2
+    ONEDNN_MAX_CPU_ISA=AVX2``): kept 1.51-1.54 against 2.08-2.25 s, glibc's 2.11-2.21 against
+    2.08-2.22 s. With AVX-512 (that Xeon) channels-last 1.44-1.78 s against 1.83-2.33 s with glibc's
+    default, 1.24-1.32 against 1.26-1.39 s kept. On GPUs channels-last is cuDNN's layout for tensor
+    cores."""
+    if device.type != "cpu" or (capability or torch.backends.cpu.get_cpu_capability()) != "AVX2":
+        return torch.channels_last
+    return torch.contiguous_format if (freed_memory_kept() if kept is None else kept) else torch.channels_last
 
 
 #: frontend.padding of conv2d -> zeros on each side of its convolutions, from the kernel
@@ -73,9 +96,10 @@ class Conv2dSubsampling(nn.Module):
             f = (f + 2 * self.pad - kernel) // 2 + 1
         self.out = nn.Linear(channels * f, d_model)
         self.dropout = Dropout(dropout)
-        # channels-last weights and input: oneDNN's fastest layout on CPU (forward + backward of the
-        # frontend 1.5x faster at 64 channels, python -m asrkit.bench frontend); the values are the same
-        self.convs.to(memory_format=torch.channels_last)
+        #: the convolutions' layout (None: :func:`conv_layout` of the input's device); the weights are
+        #: kept in the layout of this machine's CPU, and converted per step on another device
+        self.memory_format: torch.memory_format | None = None
+        self.convs.to(memory_format=conv_layout(torch.device("cpu")))
 
     def out_lengths(self, lengths: Tensor) -> Tensor:
         for _ in self.convs:
@@ -84,9 +108,10 @@ class Conv2dSubsampling(nn.Module):
 
     def forward(self, feats: Tensor, lengths: Tensor, times: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """As :meth:`Conv1dGLU.forward`."""
-        h = feats.unsqueeze(1).contiguous(memory_format=torch.channels_last)  # B x 1 x T x F
+        fmt = self.memory_format or conv_layout(feats.device)
+        h = feats.unsqueeze(1).contiguous(memory_format=fmt)  # B x 1 x T x F
         for conv in self.convs:
-            h = F.relu(conv(h))
+            h = F.relu(F.conv2d(h, conv.weight.contiguous(memory_format=fmt), conv.bias, 2, self.pad))
             lengths = _strided_lengths(lengths, self.kernel, 2, self.pad).clamp(min=0)
             if self.pad:  # without padding no valid output sees a padded frame: nothing to zero
                 keep = torch.arange(h.shape[2], device=h.device)[None, :] < lengths[:, None]

@@ -48,7 +48,7 @@ from asrkit.training.loop import Trainer
 from asrkit.training.signals import EXIT_INTERRUPTED, Interrupted, stop_on_signals
 from asrkit.training.state import seed_all
 from asrkit.training.watchdog import Watchdog
-from asrkit.utils import flush_denormals
+from asrkit.utils import flush_denormals, keep_freed_memory
 
 logger = logging.getLogger("asrkit.train")
 
@@ -129,6 +129,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"asrkit train: error: {refusal}", file=sys.stderr)
         return 1
     setup_rank_logging(args.exp_dir, dist_info)
+    if cfg.train.keep_freed_memory:  # before the first large allocation (asrkit.utils.keep_freed_memory)
+        kept = keep_freed_memory()
+        logger.info("train.keep_freed_memory: %s", "on (glibc mallopt: freed memory is reused, not unmapped)"
+                    if kept else "not available (the C library is not glibc): its default allocator")
     stop = StopRequest()
     watchdog = Watchdog(dist_info, cfg.train.dist_timeout_s, on_launcher_gone=stop.set).start()
     rc = 0
