@@ -108,7 +108,7 @@ class Conv2dSubsampling(nn.Module):
 
     def forward(self, feats: Tensor, lengths: Tensor, times: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """As :meth:`Conv1dGLU.forward`."""
-        fmt = self.memory_format or conv_layout(feats.device)
+        fmt = conv_layout(feats.device) if self.memory_format is None else self.memory_format
         h = feats.unsqueeze(1).contiguous(memory_format=fmt)  # B x 1 x T x F
         for conv in self.convs:
             h = F.relu(F.conv2d(h, conv.weight.contiguous(memory_format=fmt), conv.bias, 2, self.pad))
