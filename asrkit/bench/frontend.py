@@ -16,14 +16,14 @@ of the VM hits both sides of each ratio.
 from __future__ import annotations
 
 import argparse
-
-from asrkit.cliargs import Parser
 import random
 import statistics
 import time
 from pathlib import Path
 
 import torch
+
+from asrkit.cliargs import Parser
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "egs" / "speechocean762" / "asr1" / "conf" / "train_conformer.yaml"
 
